@@ -1,0 +1,20 @@
+// Copyright horovod_cpp authors. Element-wise kernels on host memory, independent of MPI:
+// reductions of every dtype (half types accumulate in float), scaling, integer averaging.
+#pragma once
+
+#include <cstdint>
+
+#include "horovod_cpp/types.h"
+
+namespace hvd {
+
+/// inout[i] = op(inout[i], in[i]) for n elements. Average reduces like Sum.
+void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op);
+
+/// data[i] *= factor for a floating-point dtype (half types through float).
+void scale_buffer(void* data, int64_t n, DataType dtype, double factor);
+
+/// data[i] /= divisor for an integer dtype, truncating toward zero.
+void divide_integers(void* data, int64_t n, DataType dtype, int64_t divisor);
+
+}  // namespace hvd

@@ -1,0 +1,141 @@
+// Copyright horovod_cpp authors.
+#include "backends/mpi/mpi_context.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "backends/cpu/cpu_ops.h"
+#include "common/logging.h"
+
+namespace hvd {
+namespace {
+
+// MPI_Finalize runs at process exit when horovod_cpp initialized MPI, so that init() may be
+// called again after shutdown() (MPI cannot be initialized twice).
+std::once_flag g_finalize_once;
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+template <DataType D, ReduceOp O>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_into(inout, in, *len, D, O);
+}
+
+template <DataType D>
+void create_half_ops(MPI_Op* ops) {
+  MPI_Op_create(&half_op<D, ReduceOp::kSum>, 1, &ops[0]);
+  ops[1] = ops[0];  // average reduces as sum
+  MPI_Op_create(&half_op<D, ReduceOp::kMin>, 1, &ops[2]);
+  MPI_Op_create(&half_op<D, ReduceOp::kMax>, 1, &ops[3]);
+  MPI_Op_create(&half_op<D, ReduceOp::kProduct>, 1, &ops[4]);
+}
+
+}  // namespace
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(buf, static_cast<size_t>(len));
+}
+
+MpiContext::~MpiContext() { release(); }
+
+Status MpiContext::init(bool use_base, MPI_Fint base_f) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return Status::Backend("MPI was already finalized; horovod_cpp cannot start");
+  if (!initialized) {
+    int provided = 0;
+    HVD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    std::call_once(g_finalize_once, [] { std::atexit(finalize_at_exit); });
+    if (provided < MPI_THREAD_MULTIPLE) {
+      HVD_LOG(kDebug) << "MPI provides thread level " << provided
+                      << " (< MPI_THREAD_MULTIPLE); only horovod_cpp's thread calls MPI";
+    }
+  } else {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      return Status::Backend(
+          "MPI was initialized without thread support (level " + std::to_string(provided) +
+          "); horovod_cpp calls MPI from its background thread: use MPI_Init_thread with "
+          "MPI_THREAD_MULTIPLE");
+    }
+  }
+  MPI_Comm base = use_base ? MPI_Comm_f2c(base_f) : MPI_COMM_WORLD;
+  HVD_MPI_CHECK(MPI_Comm_dup(base, &data_comm_));
+  HVD_MPI_CHECK(MPI_Comm_dup(base, &control_comm_));
+  MPI_Comm_set_errhandler(data_comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control_comm_, MPI_ERRORS_RETURN);
+  HVD_MPI_CHECK(MPI_Comm_rank(data_comm_, &rank_));
+  HVD_MPI_CHECK(MPI_Comm_size(data_comm_, &size_));
+
+  MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  HVD_MPI_CHECK(MPI_Comm_split_type(data_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_size(local, &local_size_);
+  HVD_MPI_CHECK(MPI_Comm_split(data_comm_, local_rank_, rank_, &cross));
+  MPI_Comm_rank(cross, &cross_rank_);
+  MPI_Comm_size(cross, &cross_size_);
+  MPI_Comm_free(&local);
+  MPI_Comm_free(&cross);
+
+  create_half_ops<DataType::kFloat16>(half_ops_[0]);
+  create_half_ops<DataType::kBFloat16>(half_ops_[1]);
+  ops_created_ = true;
+  return Status::OK();
+}
+
+void MpiContext::release() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (data_comm_ != MPI_COMM_NULL) MPI_Comm_free(&data_comm_);
+  if (control_comm_ != MPI_COMM_NULL) MPI_Comm_free(&control_comm_);
+  if (ops_created_) {
+    for (auto& row : half_ops_) {
+      for (int i : {0, 2, 3, 4}) MPI_Op_free(&row[i]);
+    }
+    ops_created_ = false;
+  }
+}
+
+MPI_Datatype MpiContext::datatype(DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return MPI_UINT16_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_C_BOOL;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
+  if (dtype == DataType::kFloat16) return half_ops_[0][static_cast<int>(op)];
+  if (dtype == DataType::kBFloat16) return half_ops_[1][static_cast<int>(op)];
+  if (dtype == DataType::kBool) {
+    return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return MPI_SUM;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+}  // namespace hvd

@@ -1,0 +1,62 @@
+// Copyright horovod_cpp authors. MPI setup: initialization, communicators, topology, and the
+// reduction operators MPI lacks (float16, bfloat16).
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "common/status.h"
+#include "horovod_cpp/types.h"
+
+namespace hvd {
+
+/// Text of an MPI error code, for messages.
+std::string mpi_error_string(int code);
+
+/// Wraps an MPI call: returns a Backend status naming the call and MPI's message on failure.
+#define HVD_MPI_CHECK(call)                                                                \
+  do {                                                                                     \
+    int _hvd_rc = (call);                                                                  \
+    if (_hvd_rc != MPI_SUCCESS) {                                                          \
+      return ::hvd::Status::Backend(std::string(#call) + " failed: " +                     \
+                                    ::hvd::mpi_error_string(_hvd_rc));                     \
+    }                                                                                      \
+  } while (0)
+
+class MpiContext {
+ public:
+  MpiContext() = default;
+  ~MpiContext();
+  MpiContext(const MpiContext&) = delete;
+  MpiContext& operator=(const MpiContext&) = delete;
+
+  /// Initializes MPI if needed, duplicates `base` (MPI_COMM_WORLD when use_base is false) into
+  /// a data and a control communicator, and discovers the topology.
+  Status init(bool use_base, MPI_Fint base);
+  /// Frees the communicators (MPI itself stays initialized until process exit).
+  void release();
+
+  MPI_Comm data_comm() const { return data_comm_; }
+  MPI_Comm control_comm() const { return control_comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int cross_rank() const { return cross_rank_; }
+  int cross_size() const { return cross_size_; }
+
+  /// The MPI datatype carrying `dtype` (half types as 16-bit words).
+  static MPI_Datatype datatype(DataType dtype);
+  /// The MPI operator reducing `dtype` with `op` (custom ones for half types and bool).
+  MPI_Op op(DataType dtype, ReduceOp op) const;
+
+ private:
+  MPI_Comm data_comm_ = MPI_COMM_NULL;
+  MPI_Comm control_comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  MPI_Op half_ops_[2][5] = {};  // [fp16, bf16][ReduceOp]
+  bool ops_created_ = false;
+};
+
+}  // namespace hvd

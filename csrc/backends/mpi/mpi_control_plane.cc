@@ -1,0 +1,60 @@
+// Copyright horovod_cpp authors.
+#include "backends/mpi/mpi_control_plane.h"
+
+#include "backends/mpi/mpi_context.h"
+#include "backends/mpi/mpi_wait.h"
+
+namespace hvd {
+
+Status MpiControlPlane::allreduce_and(std::vector<uint64_t>* words) {
+  MPI_Request req;
+  HVD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
+                               MPI_UINT64_T, MPI_BAND, comm_, &req));
+  return mpi_wait(&req, "MPI_Iallreduce (coordination bit vector)");
+}
+
+Status MpiControlPlane::gather(const std::string& mine, std::vector<std::string>* all) {
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+  MPI_Request req;
+  HVD_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_, &req));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igather (request sizes)"));
+  std::vector<int> displs;
+  std::string buf;
+  if (rank_ == 0) {
+    displs.resize(static_cast<size_t>(size_));
+    long long total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[static_cast<size_t>(r)] = static_cast<int>(total);
+      total += lens[static_cast<size_t>(r)];
+    }
+    if (total > 0x7fffffffLL) return Status::Backend("negotiation message over 2 GiB");
+    buf.resize(static_cast<size_t>(total));
+  }
+  HVD_MPI_CHECK(MPI_Igatherv(mine.data(), len, MPI_BYTE, rank_ == 0 ? &buf[0] : nullptr,
+                             lens.data(), displs.data(), MPI_BYTE, 0, comm_, &req));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv (requests)"));
+  if (rank_ == 0) {
+    all->resize(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      (*all)[static_cast<size_t>(r)] =
+          buf.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                     static_cast<size_t>(lens[static_cast<size_t>(r)]));
+    }
+  }
+  return Status::OK();
+}
+
+Status MpiControlPlane::broadcast(std::string* blob) {
+  long long len = static_cast<long long>(blob->size());
+  MPI_Request req;
+  HVD_MPI_CHECK(MPI_Ibcast(&len, 1, MPI_LONG_LONG, 0, comm_, &req));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast (response size)"));
+  if (len > 0x7fffffffLL) return Status::Backend("negotiation message over 2 GiB");
+  blob->resize(static_cast<size_t>(len));
+  if (len == 0) return Status::OK();
+  HVD_MPI_CHECK(MPI_Ibcast(&(*blob)[0], static_cast<int>(len), MPI_BYTE, 0, comm_, &req));
+  return mpi_wait(&req, "MPI_Ibcast (responses)");
+}
+
+}  // namespace hvd

@@ -1,0 +1,26 @@
+// Copyright horovod_cpp authors. The ControlPlane over an MPI communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include "coordination/control_plane.h"
+
+namespace hvd {
+
+/// Non-blocking MPI collectives completed with mpi_wait, on a communicator used for nothing
+/// else (so control messages never interleave with data).
+class MpiControlPlane : public ControlPlane {
+ public:
+  MpiControlPlane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status allreduce_and(std::vector<uint64_t>* words) override;
+  Status gather(const std::string& mine, std::vector<std::string>* all) override;
+  Status broadcast(std::string* blob) override;
+
+ private:
+  MPI_Comm comm_;
+  int rank_, size_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,37 @@
+// Copyright horovod_cpp authors.
+#include "backends/mpi/mpi_wait.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <chrono>
+
+#include "backends/mpi/mpi_context.h"
+
+namespace hvd {
+
+Status mpi_wait(MPI_Request* request, const char* what) {
+  using clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr long kMaxSleepNs = 200 * 1000;
+  const auto start = clock::now();
+  long sleep_ns = 5 * 1000;
+  int done = 0;
+  unsigned polls = 0;
+  while (true) {
+    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      return Status::Backend(std::string(what) + " failed: " + mpi_error_string(rc));
+    }
+    if (done) return Status::OK();
+    if ((++polls & 15u) != 0 || clock::now() - start < kSpin) {
+      if ((polls & 15u) == 0) sched_yield();
+      continue;
+    }
+    timespec ts{0, sleep_ns};
+    nanosleep(&ts, nullptr);
+    sleep_ns = sleep_ns * 2 > kMaxSleepNs ? kMaxSleepNs : sleep_ns * 2;
+  }
+}
+
+}  // namespace hvd

@@ -1,0 +1,100 @@
+// Copyright horovod_cpp authors.
+#include "common/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+namespace hvd {
+namespace {
+
+using Lookup = std::function<std::optional<std::string>(const char*)>;
+
+Status bad(const char* var, const std::string& value, const char* expected) {
+  return Status::InvalidArgument(std::string("environment variable ") + var + "='" + value +
+                                 "' is not " + expected);
+}
+
+Status read_double(const Lookup& lookup, const char* var, double min, double* out) {
+  auto v = lookup(var);
+  if (!v || v->empty()) return Status::OK();
+  char* end = nullptr;
+  errno = 0;
+  double d = std::strtod(v->c_str(), &end);
+  if (errno != 0 || end == v->c_str() || *end != '\0' || !(d >= min)) {
+    return bad(var, *v, min > 0 ? "a positive number" : "a number >= 0");
+  }
+  *out = d;
+  return Status::OK();
+}
+
+Status read_int(const Lookup& lookup, const char* var, int64_t* out) {
+  auto v = lookup(var);
+  if (!v || v->empty()) return Status::OK();
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v->c_str(), &end, 10);
+  if (errno != 0 || end == v->c_str() || *end != '\0' || x < 0) {
+    return bad(var, *v, "an integer >= 0");
+  }
+  *out = x;
+  return Status::OK();
+}
+
+Status read_bool(const Lookup& lookup, const char* var, bool* out) {
+  auto v = lookup(var);
+  if (!v || v->empty()) return Status::OK();
+  if (*v == "1" || *v == "true" || *v == "TRUE" || *v == "True") {
+    *out = true;
+  } else if (*v == "0" || *v == "false" || *v == "FALSE" || *v == "False") {
+    *out = false;
+  } else {
+    return bad(var, *v, "0 or 1");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Config::from_env(Config* out, const Lookup& lookup_in) {
+  Lookup lookup = lookup_in;
+  if (!lookup) {
+    lookup = [](const char* name) -> std::optional<std::string> {
+      const char* v = std::getenv(name);
+      if (!v) return std::nullopt;
+      return std::string(v);
+    };
+  }
+  Config c;
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_FUSION_THRESHOLD", &c.fusion_threshold_bytes));
+  HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_CYCLE_TIME", 0.0, &c.cycle_time_ms));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CACHE_CAPACITY", &c.cache_capacity));
+  HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_STALL_CHECK_TIME_SECONDS", 0.0, &c.stall_check_seconds));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_STALL_CHECK_DISABLE", &c.stall_check_disabled));
+  HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c.stall_shutdown_seconds));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_REDUCE_CHUNK_BYTES", &c.reduce_chunk_bytes));
+  if (auto v = lookup("HOROVOD_LOG_LEVEL"); v && !v->empty()) {
+    if (!parse_log_level(*v, &c.log_level)) {
+      return bad("HOROVOD_LOG_LEVEL", *v, "one of trace, debug, info, warning, error, fatal");
+    }
+  }
+  if (c.reduce_chunk_bytes < 4096) c.reduce_chunk_bytes = 4096;
+  *out = c;
+  return Status::OK();
+}
+
+std::string Config::describe() const {
+  std::ostringstream os;
+  os << "HOROVOD_FUSION_THRESHOLD=" << fusion_threshold_bytes
+     << " HOROVOD_CYCLE_TIME=" << cycle_time_ms << " HOROVOD_CACHE_CAPACITY=" << cache_capacity
+     << " HOROVOD_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds
+     << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
+     << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
+     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
+     << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes;
+  return os.str();
+}
+
+}  // namespace hvd

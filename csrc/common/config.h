@@ -1,0 +1,50 @@
+// Copyright horovod_cpp authors. Config: every tunable, read once from the environment.
+//
+// This is the only place in horovod_cpp that reads environment variables. Each field lists its
+// variable and default; docs/environment.md documents the same table for users.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace hvd {
+
+struct Config {
+  /// HOROVOD_FUSION_THRESHOLD (bytes, default 64 MiB): the most bytes of allreduces packed
+  /// into one fused reduction. 0 disables fusion.
+  int64_t fusion_threshold_bytes = 64ll * 1024 * 1024;
+  /// HOROVOD_CYCLE_TIME (milliseconds, default 1): the longest an idle background thread sleeps
+  /// between coordination cycles. Work wakes it at once, so this does not delay collectives;
+  /// it bounds how fast an idle rank notices shutdown and stall requests of other ranks.
+  double cycle_time_ms = 1.0;
+  /// HOROVOD_CACHE_CAPACITY (entries, default 1024): response cache size; 0 disables it.
+  int64_t cache_capacity = 1024;
+  /// HOROVOD_STALL_CHECK_TIME_SECONDS (default 60): after this long with some ranks having
+  /// submitted a tensor and others not, rank 0 logs the tensor and the missing ranks.
+  double stall_check_seconds = 60.0;
+  /// HOROVOD_STALL_CHECK_DISABLE (default 0): 1 turns the stall check off.
+  bool stall_check_disabled = false;
+  /// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (default 0 = never): after this long stalled, the job
+  /// shuts down; pending operations fail with a ShutdownError that says why.
+  double stall_shutdown_seconds = 0.0;
+  /// HOROVOD_LOG_LEVEL (trace|debug|info|warning|error|fatal, default warning).
+  LogLevel log_level = LogLevel::kWarning;
+  /// HOROVOD_CPP_REDUCE_CHUNK_BYTES (default 4 MiB): large CPU reductions are issued in pieces
+  /// of at most this many bytes, which keeps each piece's working set in cache.
+  int64_t reduce_chunk_bytes = 4ll * 1024 * 1024;
+
+  /// Reads the variables above through `lookup` (getenv when empty). Fails with a message that
+  /// names the variable and the bad value.
+  static Status from_env(Config* out,
+                         const std::function<std::optional<std::string>(const char*)>& lookup = {});
+
+  /// One line listing every field, for the debug log at startup.
+  std::string describe() const;
+};
+
+}  // namespace hvd

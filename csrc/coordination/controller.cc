@@ -1,0 +1,381 @@
+// Copyright horovod_cpp authors.
+#include "coordination/controller.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include "common/logging.h"
+#include "coordination/validate.h"
+#include "coordination/wire.h"
+
+namespace hvd {
+namespace {
+
+// Flags of word 0, stored inverted (a cleared bit means "some rank says yes").
+constexpr uint64_t kFullCycleFlag = 1ull << 0;
+constexpr uint64_t kShutdownFlag = 1ull << 1;
+constexpr uint64_t kStallReportFlag = 1ull << 2;
+
+inline bool test_bit(const std::vector<uint64_t>& v, size_t word0, uint32_t bit) {
+  return (v[word0 + bit / 64] >> (bit % 64)) & 1ull;
+}
+inline void set_bit(std::vector<uint64_t>& v, size_t word0, uint32_t bit) {
+  v[word0 + bit / 64] |= 1ull << (bit % 64);
+}
+inline void clear_bit(std::vector<uint64_t>& v, size_t word0, uint32_t bit) {
+  v[word0 + bit / 64] &= ~(1ull << (bit % 64));
+}
+
+std::string ranks_str(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) os << (i ? "," : "") << ranks[i];
+  if (ranks.size() > 16) os << ",... (" << ranks.size() << " ranks)";
+  return os.str();
+}
+
+}  // namespace
+
+Controller::Controller(ControlPlane* plane, const ControllerOptions& options, Clock clock)
+    : plane_(plane), options_(options), clock_(std::move(clock)), cache_(options.cache_capacity) {
+  if (!clock_) {
+    clock_ = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+    };
+  }
+}
+
+void Controller::absorb(std::vector<Request> incoming) {
+  // Requests of one group are looked up together: the group is cached only if every member
+  // is a clean hit; otherwise all its members go in full and their hits are invalidated.
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t i = 0; i < incoming.size(); ++i) {
+    if (!incoming[i].group.empty()) groups[incoming[i].group].push_back(i);
+  }
+  auto hit_of = [&](const Request& q) -> std::optional<uint32_t> {
+    if (!cache_.enabled()) return std::nullopt;
+    auto bit = cache_.find(q.name);
+    if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.count(*bit)) {
+      return bit;
+    }
+    if (bit) invalid_bits_.insert(*bit);  // cached with other parameters
+    return std::nullopt;
+  };
+  std::vector<bool> group_clean(incoming.size(), true);
+  for (auto& [key, members] : groups) {
+    bool clean = true;
+    for (size_t i : members) {
+      auto bit = cache_.enabled() ? cache_.find(incoming[i].name) : std::nullopt;
+      if (!bit || !cache_.at(*bit).matches(incoming[i], plane_->rank())) clean = false;
+    }
+    if (!clean) {
+      for (size_t i : members) {
+        group_clean[i] = false;
+        if (auto bit = cache_.enabled() ? cache_.find(incoming[i].name) : std::nullopt) {
+          invalid_bits_.insert(*bit);
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < incoming.size(); ++i) {
+    Request& q = incoming[i];
+    std::optional<uint32_t> bit = group_clean[i] ? hit_of(q) : std::nullopt;
+    if (bit) {
+      pending_bits_.emplace(*bit, std::move(q));
+    } else {
+      uncached_.push_back(std::move(q));
+    }
+  }
+}
+
+// Removes `bit` from the cache (all ranks do this in the same cycle). This rank's pending
+// request on it, and on the rest of its group, will be sent in full instead.
+void Controller::drop_bit(uint32_t bit) {
+  auto it = pending_bits_.find(bit);
+  if (it != pending_bits_.end()) {
+    const std::string group = it->second.group;
+    uncached_.push_back(std::move(it->second));
+    pending_bits_.erase(it);
+    if (!group.empty()) {
+      for (auto jt = pending_bits_.begin(); jt != pending_bits_.end();) {
+        if (jt->second.group == group) {
+          uncached_.push_back(std::move(jt->second));
+          jt = pending_bits_.erase(jt);
+        } else {
+          ++jt;
+        }
+      }
+    }
+  }
+  cache_.erase(bit);
+  partial_since_.erase(bit);
+}
+
+Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_requested,
+                             CycleResult* out) {
+  *out = CycleResult();
+  ++cycles_;
+  if (shutdown_requested) shutdown_requested_ = true;
+  absorb(std::move(incoming));
+
+  const bool is_root = plane_->rank() == 0;
+  const uint32_t nbits = cache_.num_bits();
+  const uint32_t words = (nbits + 63) / 64;
+  const size_t kReady = 1, kValid = 1 + words, kNone = 1 + 2 * words;
+  std::vector<uint64_t> v(1 + 3 * static_cast<size_t>(words), ~0ull);
+  std::fill(v.begin() + kReady, v.begin() + kValid, 0ull);
+  const bool want_report = is_root && want_stall_report_;
+  if (!uncached_.empty() || shutdown_requested_ || want_report || !invalid_bits_.empty()) {
+    v[0] &= ~kFullCycleFlag;
+  }
+  if (shutdown_requested_) v[0] &= ~kShutdownFlag;
+  if (want_report) v[0] &= ~kStallReportFlag;
+  for (const auto& [bit, q] : pending_bits_) {
+    set_bit(v, kReady, bit);
+    clear_bit(v, kNone, bit);
+  }
+  for (uint32_t bit : invalid_bits_) clear_bit(v, kValid, bit);
+  invalid_bits_.clear();
+
+  HVD_RETURN_IF_ERROR(plane_->allreduce_and(&v));
+
+  const bool full = !(v[0] & kFullCycleFlag);
+  const bool stall_report = !(v[0] & kStallReportFlag);
+
+  // 3. Invalidations, then the bits ready everywhere.
+  for (uint32_t bit = 0; bit < nbits; ++bit) {
+    if (!test_bit(v, kValid, bit) && cache_.has_bit(bit)) {
+      clear_bit(v, kReady, bit);
+      drop_bit(bit);
+    }
+  }
+  std::vector<uint32_t> ready;
+  std::map<std::string, int> group_ready;
+  for (uint32_t bit = 0; bit < nbits; ++bit) {
+    if (test_bit(v, kReady, bit) && cache_.has_bit(bit)) {
+      ready.push_back(bit);
+      const Response& r = cache_.at(bit);
+      if (!r.group.empty()) ++group_ready[r.group];
+    }
+  }
+  for (uint32_t bit : ready) {
+    const Response& r = cache_.at(bit);
+    if (!r.group.empty() && group_ready[r.group] < r.group_size) continue;  // wait for siblings
+    out->responses.push_back(r);
+    pending_bits_.erase(bit);
+    cache_.touch(bit);
+  }
+  if (is_root) update_stall_state(v, words);
+
+  // 4. The full cycle, when any rank needs it.
+  if (full) {
+    ++full_cycles_;
+    out->full_cycle = true;
+    HVD_RETURN_IF_ERROR(full_cycle(stall_report, out));
+  }
+  return Status::OK();
+}
+
+Status Controller::full_cycle(bool stall_report, CycleResult* out) {
+  RequestList mine;
+  mine.requests = std::move(uncached_);
+  uncached_.clear();
+  mine.shutdown = shutdown_requested_;
+  if (stall_report) {
+    for (const auto& [bit, q] : pending_bits_) mine.pending_cache_bits.push_back(bit);
+  }
+  std::vector<std::string> gathered;
+  HVD_RETURN_IF_ERROR(plane_->gather(serialize(mine), &gathered));
+
+  std::string blob;
+  if (plane_->rank() == 0) {
+    std::vector<RequestList> lists(gathered.size());
+    for (size_t r = 0; r < gathered.size(); ++r) {
+      HVD_RETURN_IF_ERROR(deserialize(gathered[r], &lists[r]));
+    }
+    blob = serialize(coordinate(lists, stall_report));
+  }
+  HVD_RETURN_IF_ERROR(plane_->broadcast(&blob));
+  ResponseList list;
+  HVD_RETURN_IF_ERROR(deserialize(blob, &list));
+
+  for (Response& r : list.responses) {
+    if (r.ok() && cache_.enabled()) {
+      std::optional<uint32_t> evicted;
+      cache_.put(r, &evicted);
+      if (evicted) {
+        // Same eviction on every rank: a request pending on that bit is re-sent in full.
+        auto it = pending_bits_.find(*evicted);
+        if (it != pending_bits_.end()) drop_bit(*evicted);  // also moves group siblings
+        partial_since_.erase(*evicted);
+      }
+    }
+    out->responses.push_back(std::move(r));
+  }
+  if (list.shutdown) {
+    out->shutdown = true;
+    out->shutdown_reason = list.shutdown_reason;
+  }
+  return Status::OK();
+}
+
+ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool stall_report) {
+  ResponseList out;
+  const int n = static_cast<int>(lists.size());
+  const double now = clock_();
+  std::vector<int> shutdown_ranks;
+  for (int r = 0; r < n; ++r) {
+    if (lists[r].shutdown) shutdown_ranks.push_back(r);
+    for (const Request& q : lists[r].requests) {
+      TableEntry& e = table_[q.name];
+      if (e.by_rank.empty()) {
+        e.by_rank.resize(static_cast<size_t>(n));
+        e.first_seen = now;
+      }
+      if (!e.by_rank[static_cast<size_t>(r)]) ++e.count;
+      e.by_rank[static_cast<size_t>(r)] = q;
+      if (e.count == n) {
+        std::string name = q.name;
+        emit_ready(name, e, &out.responses);
+        table_.erase(name);
+      }
+    }
+  }
+  if (stall_report) {
+    bool stall_shutdown = false;
+    std::string report = build_stall_report(lists, now, &stall_shutdown);
+    if (stall_shutdown) {
+      out.shutdown = true;
+      out.shutdown_reason = "horovod_cpp shut down after a stall of more than " +
+                            std::to_string(options_.stall_shutdown_seconds) +
+                            " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): " + report;
+    }
+  }
+  if (!shutdown_ranks.empty() && !out.shutdown) {
+    out.shutdown = true;
+    out.shutdown_reason = std::string("horovod_cpp was shut down: ") +
+                          (shutdown_ranks.size() == 1 ? "rank " : "ranks ") +
+                          ranks_str(shutdown_ranks) + " called shutdown()";
+  }
+  return out;
+}
+
+void Controller::emit_ready(const std::string& /*name*/, TableEntry& entry,
+                            std::vector<Response>* out) {
+  std::vector<Request> reqs;
+  reqs.reserve(entry.by_rank.size());
+  for (auto& q : entry.by_rank) reqs.push_back(std::move(*q));
+  Response resp = build_response(reqs);
+  if (resp.group.empty() || resp.group_size <= 1) {
+    out->push_back(std::move(resp));
+    return;
+  }
+  const std::string key = resp.group;
+  auto& held = held_groups_[key];
+  held.push_back(std::move(resp));
+  if (static_cast<int>(held.size()) < held.front().group_size) return;
+  // The whole group is ready: it runs together, or fails together.
+  std::string first_error;
+  for (const auto& r : held) {
+    if (!r.ok() && first_error.empty()) first_error = r.error;
+  }
+  for (auto& r : held) {
+    if (!first_error.empty() && r.ok()) {
+      r.error = std::string(op_type_name(r.op)) + " '" + r.name +
+                "': another tensor of its group failed: " + first_error;
+    }
+    out->push_back(std::move(r));
+  }
+  held_groups_.erase(key);
+}
+
+void Controller::update_stall_state(const std::vector<uint64_t>& v, uint32_t words) {
+  const double now = clock_();
+  const size_t kReady = 1, kNone = 1 + 2 * static_cast<size_t>(words);
+  for (uint32_t bit = 0; bit < words * 64; ++bit) {
+    if (!cache_.has_bit(bit)) continue;
+    const bool partial = !test_bit(v, kReady, bit) && !test_bit(v, kNone, bit);
+    if (partial) {
+      partial_since_.emplace(bit, now);
+    } else {
+      partial_since_.erase(bit);
+    }
+  }
+  double oldest = now;
+  for (const auto& [name, e] : table_) oldest = std::min(oldest, e.first_seen);
+  for (const auto& [bit, t] : partial_since_) oldest = std::min(oldest, t);
+  const double age = now - oldest;
+  const bool check_due = !options_.stall_check_disabled && age >= options_.stall_check_seconds &&
+                         now - last_stall_report_time_ >= options_.stall_check_seconds;
+  const bool shutdown_due =
+      options_.stall_shutdown_seconds > 0 && age >= options_.stall_shutdown_seconds;
+  want_stall_report_ = check_due || shutdown_due;
+}
+
+}  // namespace hvd
+
+namespace hvd {
+
+// Rank 0, in a full cycle that every rank joined with its pending cache bits: one line per
+// stalled tensor with the ranks that submitted it and the ranks that did not.
+std::string Controller::build_stall_report(const std::vector<RequestList>& lists, double now,
+                                     bool* shutdown) {
+  const int n = static_cast<int>(lists.size());
+  const double min_age = options_.stall_check_disabled
+                             ? options_.stall_shutdown_seconds
+                             : (options_.stall_shutdown_seconds > 0
+                                    ? std::min(options_.stall_check_seconds,
+                                               options_.stall_shutdown_seconds)
+                                    : options_.stall_check_seconds);
+  std::ostringstream os;
+  int stalled = 0;
+  auto add = [&](const std::string& what, double age, const std::vector<int>& have) {
+    std::vector<int> missing;
+    for (int r = 0; r < n; ++r) {
+      if (!std::binary_search(have.begin(), have.end(), r)) missing.push_back(r);
+    }
+    os << (stalled++ ? "; " : "") << what << " waited " << static_cast<long long>(age)
+       << " s: submitted by " << (have.size() == 1 ? "rank " : "ranks ") << ranks_str(have)
+       << ", missing on " << (missing.size() == 1 ? "rank " : "ranks ") << ranks_str(missing);
+    if (options_.stall_shutdown_seconds > 0 && age >= options_.stall_shutdown_seconds) {
+      *shutdown = true;
+    }
+  };
+  std::vector<std::pair<double, std::string>> entries;
+  for (const auto& [name, e] : table_) entries.push_back({e.first_seen, name});
+  std::sort(entries.begin(), entries.end());
+  for (const auto& [first_seen, name] : entries) {
+    const TableEntry& e = table_[name];
+    if (now - first_seen < min_age) continue;
+    std::vector<int> have;
+    OpType op = OpType::kAllreduce;
+    for (int r = 0; r < n; ++r) {
+      if (e.by_rank[static_cast<size_t>(r)]) {
+        have.push_back(r);
+        op = e.by_rank[static_cast<size_t>(r)]->op;
+      }
+    }
+    add(std::string(op_type_name(op)) + " '" + name + "'", now - first_seen, have);
+  }
+  for (const auto& [bit, since] : partial_since_) {
+    if (now - since < min_age || !cache_.has_bit(bit)) continue;
+    std::vector<int> have;
+    for (int r = 0; r < n; ++r) {
+      const auto& bits = lists[static_cast<size_t>(r)].pending_cache_bits;
+      if (std::find(bits.begin(), bits.end(), bit) != bits.end()) have.push_back(r);
+    }
+    const Response& resp = cache_.at(bit);
+    add(std::string(op_type_name(resp.op)) + " '" + resp.name + "'", now - since, have);
+  }
+  last_stall_report_time_ = now;
+  want_stall_report_ = false;
+  if (stalled == 0) return "";
+  last_stall_report_ = os.str();
+  HVD_LOG(kWarning) << "stalled collectives: some ranks submitted tensors that others have "
+                       "not submitted (a rank may be stuck or running different code): "
+                    << last_stall_report_;
+  return last_stall_report_;
+}
+
+}  // namespace hvd

@@ -1,0 +1,121 @@
+// Copyright horovod_cpp authors. The controller: negotiation of which tensors run, per cycle.
+//
+// The protocol, run by every rank once per cycle of its background thread:
+//
+//  1. Each new request is looked up in the response cache. A hit whose parameters match is
+//     held as a "pending bit"; anything else is queued to be sent in full ("uncached"). A hit
+//     whose parameters changed also marks its bit invalid.
+//  2. Every rank contributes to ONE bitwise-AND allreduce of a small word vector:
+//       word 0      flags, stored inverted so AND computes "any rank": needs a full cycle,
+//                   shutdown requested, rank 0 asks for a stall report;
+//       W words     pending bits (AND: ready on every rank);
+//       W words     inverted invalid bits (AND: no rank invalidated it);
+//       W words     inverted pending bits (AND: pending on no rank; rank 0 uses it with the
+//                   first set to see bits pending on some ranks only, for stall reports).
+//     W = ceil(cache.num_bits() / 64), identical on every rank because the caches are.
+//  3. Invalid bits are evicted everywhere; a rank whose pending bit was evicted re-sends that
+//     request in full. Bits ready on every rank become responses, in bit order (a grouped
+//     tensor only when its whole group is ready).
+//  4. Only if some rank set the full-cycle flag: every rank sends its uncached requests to
+//     rank 0 (gather); rank 0 adds them to its message table, and each tensor now submitted
+//     by every rank is checked (validate.h) into a response, successful or an error naming the
+//     ranks and values that differ; rank 0 broadcasts the response list. Successful
+//     responses enter every rank's cache in list order.
+//  5. Every rank executes the cached responses and then the broadcast ones, in order.
+//
+// In steady state (the same tensors every step) step 4 never runs: one allreduce of a few
+// hundred bytes per cycle replaces the exchange of names. Rank 0 also watches for stalls:
+// tensors submitted by some ranks but not all for HOROVOD_STALL_CHECK_TIME_SECONDS are logged
+// with the missing ranks, and after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS the job shuts down.
+//
+// Threading: a Controller is used by one thread only (the background thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "coordination/control_plane.h"
+#include "coordination/message.h"
+#include "coordination/response_cache.h"
+
+namespace hvd {
+
+struct ControllerOptions {
+  uint32_t cache_capacity = 1024;
+  double stall_check_seconds = 60.0;
+  bool stall_check_disabled = false;
+  double stall_shutdown_seconds = 0.0;  ///< 0: never shut down for a stall
+};
+
+/// What every rank executes after one cycle.
+struct CycleResult {
+  std::vector<Response> responses;
+  bool shutdown = false;
+  std::string shutdown_reason;
+  bool full_cycle = false;  ///< the gather/broadcast of step 4 ran
+};
+
+class Controller {
+ public:
+  /// Monotonic seconds; injectable so stall handling is testable.
+  using Clock = std::function<double()>;
+
+  Controller(ControlPlane* plane, const ControllerOptions& options, Clock clock = {});
+
+  /// Runs one cycle (collective: every rank calls it). `incoming`: requests enqueued on this
+  /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
+  Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);
+
+  /// True while this rank holds requests not yet turned into responses.
+  bool has_pending() const { return !pending_bits_.empty() || !uncached_.empty(); }
+  const ResponseCache& cache() const { return cache_; }
+  uint64_t full_cycles() const { return full_cycles_; }
+  uint64_t cycles() const { return cycles_; }
+  /// Rank 0's last stall report ("" if none yet).
+  const std::string& last_stall_report() const { return last_stall_report_; }
+
+ private:
+  struct TableEntry {
+    std::vector<std::optional<Request>> by_rank;
+    int count = 0;
+    double first_seen = 0;
+  };
+
+  void absorb(std::vector<Request> incoming);
+  void drop_bit(uint32_t bit);
+  Status full_cycle(bool stall_report, CycleResult* out);
+  ResponseList coordinate(const std::vector<RequestList>& lists, bool stall_report);
+  void emit_ready(const std::string& name, TableEntry& entry, std::vector<Response>* out);
+  std::string build_stall_report(const std::vector<RequestList>& lists, double now,
+                           bool* shutdown);
+  void update_stall_state(const std::vector<uint64_t>& v, uint32_t words);
+
+  ControlPlane* plane_;
+  ControllerOptions options_;
+  Clock clock_;
+  ResponseCache cache_;
+
+  // Every rank.
+  std::map<uint32_t, Request> pending_bits_;  // this rank's cache hits, by bit
+  std::set<uint32_t> invalid_bits_;           // to announce in the next cycle
+  std::vector<Request> uncached_;             // to send in the next full cycle
+  bool shutdown_requested_ = false;
+  uint64_t cycles_ = 0, full_cycles_ = 0;
+
+  // Rank 0 only.
+  std::unordered_map<std::string, TableEntry> table_;
+  std::map<std::string, std::vector<Response>> held_groups_;
+  std::map<uint32_t, double> partial_since_;  // cached bits pending on some ranks only
+  bool want_stall_report_ = false;
+  double last_stall_report_time_ = -1e300;
+  std::string last_stall_report_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,55 @@
+// Copyright horovod_cpp authors.
+#include "coordination/message.h"
+
+namespace hvd {
+
+const char* op_type_name(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+bool Request::operator==(const Request& o) const {
+  return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
+         device == o.device && reduce_op == o.reduce_op && prescale == o.prescale &&
+         postscale == o.postscale && root == o.root && group == o.group &&
+         group_size == o.group_size;
+}
+
+int64_t Response::nbytes_for_rank(int rank) const {
+  int64_t n = num_elements(shape);
+  if (op == OpType::kAllgather) {
+    const int64_t d0 = shape.empty() ? 1 : shape[0];
+    const int64_t row = d0 == 0 ? num_elements(Shape(shape.begin() + 1, shape.end())) : n / d0;
+    n = row * first_dims.at(static_cast<size_t>(rank));
+  }
+  return n * static_cast<int64_t>(dtype_size(dtype));
+}
+
+bool Response::matches(const Request& req, int rank) const {
+  if (!ok() || req.op != op || req.name != name || req.dtype != dtype || req.device != device ||
+      req.group != group || req.group_size != group_size) {
+    return false;
+  }
+  switch (op) {
+    case OpType::kAllreduce:
+      return req.shape == shape && req.reduce_op == reduce_op && req.prescale == prescale &&
+             req.postscale == postscale;
+    case OpType::kBroadcast:
+      return req.shape == shape && req.root == root;
+    case OpType::kAllgather:
+      if (req.shape.size() != shape.size() || req.shape.empty()) return false;
+      if (!std::equal(req.shape.begin() + 1, req.shape.end(), shape.begin() + 1)) return false;
+      return rank < static_cast<int>(first_dims.size()) &&
+             req.shape[0] == first_dims[static_cast<size_t>(rank)];
+    case OpType::kBarrier:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace hvd

@@ -1,0 +1,84 @@
+// Copyright horovod_cpp authors. Requests and responses exchanged by the coordinator.
+//
+// A Request is one rank's wish to run a named collective; a Response is rank 0's decision that
+// every rank runs it (or that it fails everywhere). Both travel serialized (wire.h); their
+// fields are plain values so that the negotiation can be tested without MPI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "horovod_cpp/tensor.h"
+#include "horovod_cpp/types.h"
+
+namespace hvd {
+
+/// The collective a request asks for.
+enum class OpType : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
+
+const char* op_type_name(OpType op);
+
+/// One rank's submission of one named tensor.
+struct Request {
+  int32_t rank = 0;
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  Device device;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  /// Grouped allreduce: every member carries the group's key and size; the group runs only
+  /// when all members are ready on every rank. Empty when not grouped.
+  std::string group;
+  int32_t group_size = 0;
+
+  bool operator==(const Request& o) const;
+};
+
+/// Rank 0's decision on one tensor.
+struct Response {
+  OpType op = OpType::kAllreduce;
+  std::string name;
+  /// Empty: run it. Otherwise every rank fails this tensor with this message.
+  std::string error;
+  DataType dtype = DataType::kFloat32;
+  /// Allreduce/broadcast: the shape; allgather: the shape of rank 0's input (dimension 0 varies).
+  Shape shape;
+  Device device;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;
+  std::string group;
+  int32_t group_size = 0;
+  /// Allgather: dimension 0 of each rank's input, in rank order.
+  std::vector<int64_t> first_dims;
+
+  bool ok() const { return error.empty(); }
+  /// Bytes this rank contributes (allgather: per first_dims[rank]).
+  int64_t nbytes_for_rank(int rank) const;
+  /// True when `req` (from `rank`) asks for exactly what this successful response ran.
+  bool matches(const Request& req, int rank) const;
+};
+
+/// Everything one rank sends rank 0 in a full (uncached) negotiation cycle.
+struct RequestList {
+  std::vector<Request> requests;
+  bool shutdown = false;  ///< this rank called shutdown()
+  /// Cache bits this rank holds pending, sent when rank 0 asked for a stall report.
+  std::vector<uint32_t> pending_cache_bits;
+};
+
+/// What rank 0 broadcasts back; every rank executes `responses` in order.
+struct ResponseList {
+  std::vector<Response> responses;
+  bool shutdown = false;
+  /// Why the job shuts down (names the ranks that asked, or the stalled tensors).
+  std::string shutdown_reason;
+};
+
+}  // namespace hvd

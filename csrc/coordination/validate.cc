@@ -1,0 +1,140 @@
+// Copyright horovod_cpp authors.
+#include "coordination/validate.h"
+
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace hvd {
+namespace {
+
+std::string fmt_double(double d) {
+  std::ostringstream os;
+  os << d;
+  return os.str();
+}
+
+// "rank 0 sent X, ranks 2,3 sent Y": ranks grouped by the value `describe` gives them, in
+// order of first appearance. Empty when all ranks agree.
+std::string disagreement(const std::vector<Request>& reqs,
+                         const std::function<std::string(const Request&)>& describe) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    std::string v = describe(reqs[r]);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
+    if (it == groups.end()) {
+      groups.push_back({v, {static_cast<int>(r)}});
+    } else {
+      it->second.push_back(static_cast<int>(r));
+    }
+  }
+  if (groups.size() <= 1) return "";
+  std::ostringstream os;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (g) os << ", ";
+    const auto& ranks = groups[g].second;
+    os << (ranks.size() == 1 ? "rank " : "ranks ");
+    // Long lists are shortened: the first eight ranks, then a count.
+    for (size_t i = 0; i < ranks.size() && i < 8; ++i) os << (i ? "," : "") << ranks[i];
+    if (ranks.size() > 8) os << ",... (" << ranks.size() << " ranks)";
+    os << " sent " << groups[g].first;
+  }
+  return os.str();
+}
+
+std::string typed_shape(const Request& q) {
+  return std::string(dtype_name(q.dtype)) + shape_str(q.shape);
+}
+
+}  // namespace
+
+Response build_response(const std::vector<Request>& reqs) {
+  const Request& first = reqs.front();
+  Response resp;
+  resp.op = first.op;
+  resp.name = first.name;
+  resp.dtype = first.dtype;
+  resp.shape = first.shape;
+  resp.device = first.device;
+  resp.reduce_op = first.reduce_op;
+  resp.prescale = first.prescale;
+  resp.postscale = first.postscale;
+  resp.root = first.root;
+  resp.group = first.group;
+  resp.group_size = first.group_size;
+
+  const std::string prefix = "'" + first.name + "': ";
+  auto fail = [&](const std::string& what, const std::string& detail) {
+    resp.error = what + " " + prefix + detail;
+    return resp;
+  };
+  const std::string op = op_type_name(first.op);
+
+  if (auto d = disagreement(reqs, [](const Request& q) { return std::string(op_type_name(q.op)); });
+      !d.empty()) {
+    return fail("mismatched collective for", d);
+  }
+  if (auto d = disagreement(reqs, [](const Request& q) { return q.device.str() + " tensor"; });
+      !d.empty()) {
+    return fail(op, d);
+  }
+  if (auto d = disagreement(reqs, [](const Request& q) {
+        return q.group.empty() ? std::string("it ungrouped")
+                               : "it in a group of " + std::to_string(q.group_size);
+      });
+      !d.empty()) {
+    return fail(op, d);
+  }
+  switch (first.op) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+      if (auto d = disagreement(reqs, typed_shape); !d.empty()) return fail(op, d);
+      break;
+    case OpType::kAllgather: {
+      if (auto d = disagreement(reqs, [](const Request& q) { return std::string(dtype_name(q.dtype)); });
+          !d.empty()) {
+        return fail(op, d);
+      }
+      // Every dimension but the first must agree.
+      auto tail = [](const Request& q) {
+        if (q.shape.empty()) return std::string("a scalar");
+        Shape t(q.shape.begin() + 1, q.shape.end());
+        return std::to_string(q.shape.size()) + "-d with trailing dims " + shape_str(t);
+      };
+      if (auto d = disagreement(reqs, tail); !d.empty()) return fail(op, d);
+      if (first.shape.empty()) return fail(op, "cannot gather scalars (rank 0 sent a scalar)");
+      for (const auto& q : reqs) resp.first_dims.push_back(q.shape[0]);
+      break;
+    }
+    case OpType::kBarrier:
+      break;
+  }
+  if (first.op == OpType::kAllreduce) {
+    if (auto d = disagreement(reqs, [](const Request& q) {
+          return std::string("op ") + reduce_op_name(q.reduce_op);
+        });
+        !d.empty()) {
+      return fail(op, d);
+    }
+    if (auto d = disagreement(reqs, [](const Request& q) {
+          return "prescale_factor " + fmt_double(q.prescale) + " and postscale_factor " +
+                 fmt_double(q.postscale);
+        });
+        !d.empty()) {
+      return fail(op, d);
+    }
+  }
+  if (first.op == OpType::kBroadcast) {
+    if (auto d = disagreement(reqs, [](const Request& q) { return "root " + std::to_string(q.root); });
+        !d.empty()) {
+      return fail(op, d);
+    }
+    if (first.root < 0 || first.root >= static_cast<int>(reqs.size())) {
+      return fail(op, "root rank " + std::to_string(first.root) + " is not in [0, " +
+                          std::to_string(reqs.size()) + ")");
+    }
+  }
+  return resp;
+}
+
+}  // namespace hvd

@@ -1,0 +1,16 @@
+// Copyright horovod_cpp authors. Rank 0's check that all ranks asked for the same collective.
+#pragma once
+
+#include <vector>
+
+#include "coordination/message.h"
+
+namespace hvd {
+
+/// Builds the response for one tensor from every rank's request (indexed by rank). When the
+/// ranks disagree, the response carries an error that names the tensor, the ranks and the
+/// differing values, e.g. "allreduce 'fc.weight': rank 0 sent float32[4,5], rank 2 sent
+/// float32[4,6]".
+Response build_response(const std::vector<Request>& per_rank);
+
+}  // namespace hvd

@@ -1,0 +1,208 @@
+// Copyright horovod_cpp authors.
+#include "coordination/wire.h"
+
+#include <cstring>
+#include <type_traits>
+
+namespace hvd {
+namespace {
+
+constexpr uint8_t kRequestListTag = 0xA1;
+constexpr uint8_t kResponseListTag = 0xB1;
+constexpr uint8_t kVersion = 1;
+
+class Writer {
+ public:
+  template <typename T>
+  void pod(T v) {
+    static_assert(std::is_trivially_copyable<T>::value, "pod only");
+    char buf[sizeof(T)];
+    std::memcpy(buf, &v, sizeof(T));
+    out_.append(buf, sizeof(T));
+  }
+  void str(const std::string& s) {
+    pod<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void i64s(const std::vector<int64_t>& v) {
+    pod<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (int64_t x : v) pod<int64_t>(x);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : p_(s.data()), end_(s.data() + s.size()) {}
+  template <typename T>
+  bool pod(T* v) {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return false;
+    std::memcpy(v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  bool str(std::string* s) {
+    uint32_t n;
+    if (!pod(&n) || static_cast<size_t>(end_ - p_) < n) return false;
+    s->assign(p_, n);
+    p_ += n;
+    return true;
+  }
+  bool i64s(std::vector<int64_t>* v) {
+    uint32_t n;
+    if (!pod(&n) || static_cast<size_t>(end_ - p_) / sizeof(int64_t) < n) return false;
+    v->resize(n);
+    for (auto& x : *v) pod(&x);
+    return true;
+  }
+  bool done() const { return p_ == end_; }
+
+ private:
+  const char* p_;
+  const char* end_;
+};
+
+void write_device(Writer& w, const Device& d) {
+  w.pod<uint8_t>(static_cast<uint8_t>(d.kind));
+  w.pod<int32_t>(d.index);
+}
+bool read_device(Reader& r, Device* d) {
+  uint8_t k;
+  int32_t i;
+  if (!r.pod(&k) || !r.pod(&i) || k > 1) return false;
+  d->kind = static_cast<Device::Kind>(k);
+  d->index = i;
+  return true;
+}
+
+template <typename E>
+bool read_enum(Reader& r, E* e, uint8_t max) {
+  uint8_t v;
+  if (!r.pod(&v) || v > max) return false;
+  *e = static_cast<E>(v);
+  return true;
+}
+
+void write_request(Writer& w, const Request& q) {
+  w.pod<int32_t>(q.rank);
+  w.pod<uint8_t>(static_cast<uint8_t>(q.op));
+  w.str(q.name);
+  w.pod<uint8_t>(static_cast<uint8_t>(q.dtype));
+  w.i64s(q.shape);
+  write_device(w, q.device);
+  w.pod<uint8_t>(static_cast<uint8_t>(q.reduce_op));
+  w.pod<double>(q.prescale);
+  w.pod<double>(q.postscale);
+  w.pod<int32_t>(q.root);
+  w.str(q.group);
+  w.pod<int32_t>(q.group_size);
+}
+
+bool read_request(Reader& r, Request* q) {
+  return r.pod(&q->rank) && read_enum(r, &q->op, 3) && r.str(&q->name) &&
+         read_enum(r, &q->dtype, 9) && r.i64s(&q->shape) && read_device(r, &q->device) &&
+         read_enum(r, &q->reduce_op, 4) && r.pod(&q->prescale) && r.pod(&q->postscale) &&
+         r.pod(&q->root) && r.str(&q->group) && r.pod(&q->group_size);
+}
+
+void write_response(Writer& w, const Response& s) {
+  w.pod<uint8_t>(static_cast<uint8_t>(s.op));
+  w.str(s.name);
+  w.str(s.error);
+  w.pod<uint8_t>(static_cast<uint8_t>(s.dtype));
+  w.i64s(s.shape);
+  write_device(w, s.device);
+  w.pod<uint8_t>(static_cast<uint8_t>(s.reduce_op));
+  w.pod<double>(s.prescale);
+  w.pod<double>(s.postscale);
+  w.pod<int32_t>(s.root);
+  w.str(s.group);
+  w.pod<int32_t>(s.group_size);
+  w.i64s(s.first_dims);
+}
+
+bool read_response(Reader& r, Response* s) {
+  return read_enum(r, &s->op, 3) && r.str(&s->name) && r.str(&s->error) &&
+         read_enum(r, &s->dtype, 9) && r.i64s(&s->shape) && read_device(r, &s->device) &&
+         read_enum(r, &s->reduce_op, 4) && r.pod(&s->prescale) && r.pod(&s->postscale) &&
+         r.pod(&s->root) && r.str(&s->group) && r.pod(&s->group_size) && r.i64s(&s->first_dims);
+}
+
+bool read_header(Reader& r, uint8_t tag) {
+  uint8_t t, v;
+  return r.pod(&t) && r.pod(&v) && t == tag && v == kVersion;
+}
+
+}  // namespace
+
+std::string serialize(const RequestList& list) {
+  Writer w;
+  w.pod<uint8_t>(kRequestListTag);
+  w.pod<uint8_t>(kVersion);
+  w.pod<uint8_t>(list.shutdown ? 1 : 0);
+  w.pod<uint32_t>(static_cast<uint32_t>(list.requests.size()));
+  for (const auto& q : list.requests) write_request(w, q);
+  w.pod<uint32_t>(static_cast<uint32_t>(list.pending_cache_bits.size()));
+  for (uint32_t b : list.pending_cache_bits) w.pod<uint32_t>(b);
+  return w.take();
+}
+
+std::string serialize(const ResponseList& list) {
+  Writer w;
+  w.pod<uint8_t>(kResponseListTag);
+  w.pod<uint8_t>(kVersion);
+  w.pod<uint8_t>(list.shutdown ? 1 : 0);
+  w.str(list.shutdown_reason);
+  w.pod<uint32_t>(static_cast<uint32_t>(list.responses.size()));
+  for (const auto& s : list.responses) write_response(w, s);
+  return w.take();
+}
+
+Status deserialize(const std::string& bytes, RequestList* out) {
+  Reader r(bytes);
+  RequestList list;
+  uint8_t shutdown;
+  uint32_t n;
+  bool ok = read_header(r, kRequestListTag) && r.pod(&shutdown) && r.pod(&n);
+  if (ok && n > bytes.size()) ok = false;  // each request takes more than one byte
+  for (uint32_t i = 0; ok && i < n; ++i) {
+    Request q;
+    ok = read_request(r, &q);
+    list.requests.push_back(std::move(q));
+  }
+  uint32_t nbits = 0;
+  ok = ok && r.pod(&nbits) && nbits <= bytes.size();
+  for (uint32_t i = 0; ok && i < nbits; ++i) {
+    uint32_t b;
+    ok = r.pod(&b);
+    list.pending_cache_bits.push_back(b);
+  }
+  if (!ok || !r.done()) return Status::Backend("malformed request list message");
+  list.shutdown = shutdown != 0;
+  *out = std::move(list);
+  return Status::OK();
+}
+
+Status deserialize(const std::string& bytes, ResponseList* out) {
+  Reader r(bytes);
+  ResponseList list;
+  uint8_t shutdown;
+  uint32_t n;
+  bool ok = read_header(r, kResponseListTag) && r.pod(&shutdown) &&
+            r.str(&list.shutdown_reason) && r.pod(&n);
+  if (ok && n > bytes.size()) ok = false;
+  for (uint32_t i = 0; ok && i < n; ++i) {
+    Response s;
+    ok = read_response(r, &s);
+    list.responses.push_back(std::move(s));
+  }
+  if (!ok || !r.done()) return Status::Backend("malformed response list message");
+  list.shutdown = shutdown != 0;
+  *out = std::move(list);
+  return Status::OK();
+}
+
+}  // namespace hvd

@@ -1,0 +1,81 @@
+// Copyright horovod_cpp authors.
+#include <chrono>
+#include <thread>
+
+#include "core/handle_state.h"
+#include "horovod_cpp/handle.h"
+
+namespace hvd {
+namespace detail {
+
+void HandleState::complete(const Status& status) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!status.ok() && status_.ok()) status_ = status;
+  if (--remaining_ > 0) return;
+  done_.store(true, std::memory_order_release);
+  cv_.notify_all();
+}
+
+bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
+  // A short spin first: small collectives finish within microseconds, and a futex sleep and
+  // wake would cost more than the collective itself.
+  const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  while (!done()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= spin_end || now >= deadline) break;
+    std::this_thread::yield();
+  }
+  if (done()) return true;
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_until(lk, deadline, [this] { return done(); });
+}
+
+void HandleState::wait() { wait_until(std::chrono::steady_clock::time_point::max()); }
+
+}  // namespace detail
+
+namespace {
+const detail::HandleState& must(const std::shared_ptr<detail::HandleState>& s) {
+  if (!s) throw InvalidArgumentError("hvd::Handle: this handle refers to no operation");
+  return *s;
+}
+}  // namespace
+
+bool Handle::poll() const { return must(state_).done(); }
+
+void Handle::wait() const {
+  must(state_);
+  state_->wait();
+  throw_if_error(state_->status());
+}
+
+bool Handle::wait_for(std::chrono::milliseconds timeout) const {
+  must(state_);
+  if (!state_->wait_until(std::chrono::steady_clock::now() + timeout)) return false;
+  throw_if_error(state_->status());
+  return true;
+}
+
+void Handle::wait(std::chrono::milliseconds timeout) const {
+  if (!wait_for(timeout)) {
+    throw TimeoutError("'" + state_->name() + "' did not complete within " +
+                       std::to_string(timeout.count()) + " ms (it is still pending)");
+  }
+}
+
+ErrorCode Handle::error_code() const {
+  return must(state_).done() ? state_->status().code() : ErrorCode::kOk;
+}
+
+std::string Handle::error_message() const {
+  return must(state_).done() ? state_->status().message() : std::string();
+}
+
+Tensor Handle::result() const {
+  wait();
+  return state_->result();
+}
+
+const std::string& Handle::name() const { return must(state_).name(); }
+
+}  // namespace hvd

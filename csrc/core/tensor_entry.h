@@ -1,0 +1,21 @@
+// Copyright horovod_cpp authors. A submitted tensor, waiting in the runtime's table.
+#pragma once
+
+#include <memory>
+
+#include "coordination/message.h"
+#include "core/handle_state.h"
+#include "horovod_cpp/tensor.h"
+
+namespace hvd {
+
+/// Owned by the runtime's table from submission until the background thread executes its
+/// response; the user keeps the memory behind `input` and `output` alive until then.
+struct TensorEntry {
+  Request request;
+  TensorView input;
+  TensorView output;  ///< == input for in-place operations; unused by allgather
+  std::shared_ptr<detail::HandleState> handle;
+};
+
+}  // namespace hvd

@@ -1,0 +1,77 @@
+// Copyright horovod_cpp authors. Public API: tensors handed to and returned by collectives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "horovod_cpp/types.h"
+
+namespace hvd {
+
+/// The shape of a tensor: one extent per dimension; empty for a scalar.
+using Shape = std::vector<int64_t>;
+
+/// Number of elements of `shape` (1 for a scalar).
+int64_t num_elements(const Shape& shape);
+
+/// "[4,5]" for error messages.
+std::string shape_str(const Shape& shape);
+
+/// A non-owning view of a dense, contiguous (row-major) tensor.
+///
+/// The caller keeps the memory alive and untouched until the collective that uses it has
+/// completed (its Handle reports done). `stream` is an optional CUDA stream (cudaStream_t
+/// passed as void*) whose pending work produced the data; GPU collectives wait on it.
+struct TensorView {
+  void* data = nullptr;
+  DataType dtype = DataType::kFloat32;
+  Shape shape;
+  Device device;
+  void* stream = nullptr;
+
+  TensorView() = default;
+  TensorView(void* data_, DataType dtype_, Shape shape_, Device device_ = Device::cpu())
+      : data(data_), dtype(dtype_), shape(std::move(shape_)), device(device_) {}
+
+  /// Number of elements.
+  int64_t numel() const { return num_elements(shape); }
+  /// Number of bytes.
+  int64_t nbytes() const;
+};
+
+/// An owning, contiguous CPU tensor, returned by collectives whose output size the library
+/// decides (allgather). Copies share the storage.
+class Tensor {
+ public:
+  Tensor() = default;
+  /// Allocates zero-initialized storage for `shape` elements of `dtype`.
+  Tensor(DataType dtype, Shape shape);
+
+  DataType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return num_elements(shape_); }
+  int64_t nbytes() const;
+  void* data() { return storage_ ? storage_->data() : nullptr; }
+  const void* data() const { return storage_ ? storage_->data() : nullptr; }
+  /// Typed access; T must match dtype() in size.
+  template <typename T>
+  T* data_as() {
+    return static_cast<T*>(data());
+  }
+  template <typename T>
+  const T* data_as() const {
+    return static_cast<const T*>(data());
+  }
+  /// A view of this tensor (valid while this Tensor or a copy of it lives).
+  TensorView view();
+  bool defined() const { return storage_ != nullptr; }
+
+ private:
+  DataType dtype_ = DataType::kFloat32;
+  Shape shape_;
+  std::shared_ptr<std::vector<unsigned char>> storage_;
+};
+
+}  // namespace hvd
