@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs everything horovod_cpp needs to build, test and run its examples on Debian 12
+# (run as root). The CUDA toolkit and NCCL are used when present under /usr/local/cuda.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends \
+  build-essential cmake git pkg-config \
+  libopenmpi-dev openmpi-bin \
+  catch2 pybind11-dev nlohmann-json3-dev libcli11-dev \
+  python3 python3-dev python3-venv python3-pip python3-numpy python3-pytest python3-matplotlib \
+  libtorch-dev python3-torch

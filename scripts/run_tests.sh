@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test: builds, runs CTest (unit tests, multi-rank tests under mpirun with 2, 3
+# and 4 ranks, package tests, GPU tests that skip without a device), then installs the Python
+# package into a venv and runs the Python tests under mpirun.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+BUILD_DIR=${BUILD_DIR:-build}
+BUILD_DIR=$BUILD_DIR bash scripts/build.sh
+status=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || status=1
+
+if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh ]; then
+  VENV=${VENV:-.venv}
+  if [ ! -x "$VENV/bin/python" ]; then
+    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  fi
+  "$VENV/bin/python" -m pip install -q . || status=1
+  PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh || status=1
+fi
+exit $status
