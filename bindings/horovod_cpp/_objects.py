@@ -1,0 +1,43 @@
+"""broadcast_object / allgather_object: pickled Python objects over byte collectives."""
+
+import pickle
+
+import numpy as np
+
+from . import _C
+from ._basics import _check_process_set, global_process_set, rank
+
+
+def _sub(name, suffix):
+    return "" if name is None else f"{name}.{suffix}"
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root_rank's `obj` on every rank (pickled; every rank, root included, gets an
+    unpickled copy). Unnamed calls are matched by call order."""
+    _check_process_set(process_set)
+    root_rank = int(root_rank)
+    if rank() == root_rank:
+        payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
+        length = np.array([payload.size], dtype=np.int64)
+    else:
+        payload = None
+        length = np.zeros(1, dtype=np.int64)
+    _C.broadcast_async(length, root_rank, _sub(name, "size")).wait()
+    if payload is None:
+        payload = np.empty(int(length[0]), dtype=np.uint8)
+    _C.broadcast_async(payload, root_rank, _sub(name, "data")).wait()
+    return pickle.loads(payload.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj`, in rank order (pickled)."""
+    _check_process_set(process_set)
+    payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
+    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), _sub(name, "sizes")).result()
+    data = _C.allgather_async(payload, _sub(name, "data")).result()
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    return out

@@ -1,0 +1,21 @@
+"""horovod_cpp.torch: a drop-in replacement for horovod.torch on CPU tensors.
+
+    import horovod_cpp.torch as hvd   # instead of: import horovod.torch as hvd
+"""
+
+from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutError, Max, Min,
+                       MismatchError, NotInitializedError, ProcessSet, Product, ShutdownError,
+                       Sum, add_process_set, ccl_built, cross_rank, cross_size, cuda_built,
+                       ddl_built, gloo_built, gloo_enabled, global_process_set, init,
+                       is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                       mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+                       rocm_built, shutdown, size, start_timeline, stop_timeline)
+from .compression import Compression
+from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                        broadcast_parameters)
+from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+                      allreduce_async_, alltoall, alltoall_async, barrier, broadcast, broadcast_,
+                      broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
+                      grouped_allreduce_async, grouped_allreduce_async_, join, poll,
+                      reducescatter, reducescatter_async, sparse_allreduce_async, synchronize)
+from .optimizer import DistributedOptimizer

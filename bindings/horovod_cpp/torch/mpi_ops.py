@@ -1,0 +1,388 @@
+"""horovod.torch's collectives on CPU torch tensors, over horovod_cpp's native module.
+
+Tensors are handed to the library without copying (their data_ptr()); handles are integers,
+as in Horovod: poll(handle) never blocks, synchronize(handle) waits with the GIL released and
+returns the output tensor.
+"""
+
+import itertools
+import warnings
+
+import numpy as np
+import torch
+
+from .. import _C
+from .._basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
+                       _check_process_set, _core_op, _name, _op_value, global_process_set, rank,
+                       size)
+from .compression import Compression
+
+# handle id -> (native handle, finish(native handle) -> output)
+_handle_map = {}
+_handle_ids = itertools.count(1)
+
+
+def _register(native, finish):
+    hid = next(_handle_ids)
+    _handle_map[hid] = (native, finish)
+    return hid
+
+
+def _check_tensor(tensor, what="tensor"):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
+
+
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's rule for the deprecated `average` argument."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of "
+                             "them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
+                      "v1.0", DeprecationWarning)
+        return Average if average else Sum
+    return Average
+
+
+def _contiguous_input(tensor):
+    return tensor.detach().contiguous()
+
+
+def _in_place_target(tensor):
+    """(buffer the library writes, finish step that makes `tensor` hold the result)."""
+    if tensor.is_contiguous():
+        return tensor.detach(), lambda: tensor
+    buf = tensor.detach().contiguous()
+
+    def copy_back():
+        with torch.no_grad():
+            tensor.copy_(buf)
+        return tensor
+
+    return buf, copy_back
+
+
+def poll(handle):
+    """True once the asynchronous operation of `handle` has completed; never blocks."""
+    if handle not in _handle_map:
+        raise ValueError(f"poll(): unknown handle {handle!r}")
+    return _handle_map[handle][0].poll()
+
+
+def synchronize(handle):
+    """Waits for `handle` and returns the output tensor. Raises HorovodInternalError (a
+    RuntimeError) when the collective failed across ranks. Unknown handles return None."""
+    if handle not in _handle_map:
+        return None
+    native, finish = _handle_map.pop(handle)
+    native.wait()
+    return finish(native)
+
+
+# ---- allreduce ---------------------------------------------------------------------------
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    _check_tensor(tensor)
+    _check_process_set(process_set)
+    opv = _op_value(op)
+    if output is None:  # in place
+        buf, done = _in_place_target(tensor)
+        native = _C.allreduce_async(buf, None, _name(name), opv, float(prescale_factor),
+                                    float(postscale_factor))
+        return _register(native, lambda h: done())
+    inp = _contiguous_input(tensor)
+    native = _C.allreduce_async(inp, output, _name(name), opv, float(prescale_factor),
+                                float(postscale_factor))
+    return _register(native, lambda h: output)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_tensor(tensor)
+    output = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing `tensor` in place; returns a handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+class _HorovodAllreduce(torch.autograd.Function):
+    """Allreduce whose gradient is the same allreduce of the incoming gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                           postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=ctx.op, prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
+        return grad, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Returns the reduction of `tensor` across ranks (differentiable; the input is not
+    modified). op: Average (default), Sum, Min, Max, Product."""
+    op = handle_average_backwards_compatibility(op, average)
+    _check_tensor(tensor)
+    compressed, cctx = compression.compress(tensor)
+    reduced = _HorovodAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                      process_set)
+    return compression.decompress(reduced, cctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` in place and returns it (not differentiable)."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+# ---- grouped allreduce -------------------------------------------------------------------
+def _group_names(name, n):
+    return [""] * n if name is None else [f"{name}.{i}" for i in range(n)]
+
+
+def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, postscale_factor,
+                             process_set):
+    _check_process_set(process_set)
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    opv = _op_value(op)
+    if in_place:
+        targets = [_in_place_target(t) for t in tensors]
+        bufs = [b for b, _ in targets]
+        finish = lambda h: [done() for _, done in targets]  # noqa: E731
+    else:
+        bufs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
+        finish = lambda h: bufs  # noqa: E731
+    native = _C.grouped_allreduce_async(bufs, _group_names(name, len(bufs)), opv,
+                                        float(prescale_factor), float(postscale_factor))
+    return _register(native, finish)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing a list of tensors as one unit into new tensors; returns one handle
+    whose synchronize() gives the list of outputs."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _grouped_allreduce_async(tensors, False, name, op, prescale_factor, postscale_factor,
+                                    process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place form of grouped_allreduce_async."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _grouped_allreduce_async(tensors, True, name, op, prescale_factor, postscale_factor,
+                                    process_set)
+
+
+class _HorovodGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op, ctx.prescale_factor, ctx.postscale_factor = op, prescale_factor, postscale_factor
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), None, name, op,
+                                                         prescale_factor, postscale_factor,
+                                                         process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce(list(grad_outputs), op=ctx.op,
+                                  prescale_factor=ctx.prescale_factor,
+                                  postscale_factor=ctx.postscale_factor,
+                                  process_set=ctx.process_set)
+        return (None, None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Returns the reductions of a list of tensors, negotiated and fused as one unit
+    (differentiable)."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+                                             process_set, *[c for c, _ in compressed])
+    return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of tensors in place as one unit; returns the list."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+# ---- allgather ---------------------------------------------------------------------------
+def _from_library(array, dtype):
+    """The torch tensor sharing a result array of the library (bfloat16 arrives as int16)."""
+    t = torch.from_numpy(array)
+    if dtype == torch.bfloat16:
+        t = t.view(torch.bfloat16)
+    return t
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every rank's `tensor` along dimension 0 (the first dimension may
+    differ across ranks); returns a handle."""
+    _check_tensor(tensor)
+    _check_process_set(process_set)
+    dtype = tensor.dtype
+    native = _C.allgather_async(_contiguous_input(tensor), _name(name))
+    return _register(native, lambda h: _from_library(h.result(), dtype))
+
+
+class _HorovodAllgather(torch.autograd.Function):
+    """Allgather whose gradient is this rank's slice of the averaged incoming gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 0
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
+        offset = int(dims[:rank()].sum().item())
+        return grad.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Returns every rank's `tensor` concatenated along dimension 0, in rank order
+    (differentiable)."""
+    _check_tensor(tensor)
+    return _HorovodAllgather.apply(tensor, name, process_set)
+
+
+# ---- broadcast ---------------------------------------------------------------------------
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts broadcasting root_rank's `tensor` into a new tensor; returns a handle."""
+    _check_tensor(tensor)
+    _check_process_set(process_set)
+    out = tensor.detach().clone(memory_format=torch.contiguous_format)
+    native = _C.broadcast_async(out, int(root_rank), _name(name))
+    return _register(native, lambda h: out)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts replacing `tensor` in place by root_rank's value; returns a handle."""
+    _check_tensor(tensor)
+    _check_process_set(process_set)
+    buf, done = _in_place_target(tensor)
+    native = _C.broadcast_async(buf, int(root_rank), _name(name))
+    return _register(native, lambda h: done())
+
+
+class _HorovodBroadcast(torch.autograd.Function):
+    """Broadcast whose gradient is the averaged incoming gradient on the root, zero
+    elsewhere (Horovod's convention)."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's `tensor` on every rank (differentiable)."""
+    _check_tensor(tensor)
+    return _HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Replaces `tensor` in place by root_rank's value and returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# ---- sparse allreduce --------------------------------------------------------------------
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduces a sparse COO tensor by allgathering its indices and values (as Horovod does).
+    Returns a callable that waits and returns the reduced sparse tensor."""
+    _check_tensor(tensor)
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async needs a sparse tensor")
+    if op not in (Average, Sum):
+        raise ValueError("sparse_allreduce_async supports op=Average and op=Sum only")
+    t = tensor.coalesce()
+    prefix = "sparse" if name is None else name
+    indices_h = allgather_async(t.indices().transpose(0, 1).contiguous(),
+                                name=f"{prefix}.indices", process_set=process_set)
+    values_h = allgather_async(t.values().contiguous(), name=f"{prefix}.values",
+                               process_set=process_set)
+
+    def wait():
+        values = synchronize(values_h)
+        indices = synchronize(indices_h)
+        if op == Average:
+            values = values / size()
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+
+    return wait
+
+
+# ---- not yet in the core -----------------------------------------------------------------
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    _check_tensor(tensor)
+    _check_process_set(process_set)
+    _core_op("alltoall_async")
+    raise AssertionError("unreachable")
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Scatters slices of `tensor` to every rank and gathers theirs (not in the core yet)."""
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
+
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=global_process_set):
+    _check_tensor(tensor)
+    _check_process_set(process_set)
+    _core_op("reducescatter_async")
+    raise AssertionError("unreachable")
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` and scatters slices along dimension 0 (not in the core yet)."""
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+
+def join(device=-1):
+    """Marks this rank as out of data; returns the last rank to join (not in the core yet)."""
+    return _core_op("join")(device)
+
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank has called barrier()."""
+    _check_process_set(process_set)
+    _C.barrier()

@@ -1,0 +1,72 @@
+// Copyright horovod_cpp authors. Shared declarations of the pybind11 module horovod_cpp._C.
+//
+// The module is a thin layer over the public C++ API (horovod_cpp/horovod_cpp.h): it turns
+// Python buffers (numpy arrays, CPU torch tensors) into hvd::TensorView without copying,
+// forwards to hvd::..., releases the GIL while the library works or waits, and maps hvd::Error
+// to Python exceptions. One file per area: errors, tensors, init/topology, handles, collectives.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "horovod_cpp/horovod_cpp.h"
+
+namespace hvdpy {
+
+namespace py = pybind11;
+
+void register_errors(py::module_& m);
+void register_tensors(py::module_& m);
+void register_init_topology(py::module_& m);
+void register_handles(py::module_& m);
+void register_collectives(py::module_& m);
+
+// ---- tensors.cc --------------------------------------------------------------------------
+/// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous CPU torch tensor
+/// (recognised by duck typing: data_ptr(), dtype, shape; no libtorch is linked). No copy is
+/// made: `obj` must stay alive until the collective completes (the PyHandle keeps it).
+/// Throws ValueError (InvalidArgumentError) for a non-contiguous, read-only (when `writable`)
+/// or unsupported-dtype buffer, TypeError for an object that is neither.
+hvd::TensorView view_of(py::handle obj, bool writable, const char* role);
+
+/// A numpy array sharing the storage of `t` (kept alive by the array). bfloat16, which numpy
+/// lacks, comes back as int16 holding the raw bits.
+py::array to_numpy(const hvd::Tensor& t);
+
+/// ReduceOp from its integer value (kSum=0 ... kProduct=4); ValueError otherwise.
+hvd::ReduceOp reduce_op_from_int(int op);
+
+// ---- handles.cc --------------------------------------------------------------------------
+/// The Python face of hvd::Handle. Keeps the Python objects whose memory the operation reads
+/// or writes alive until it completes.
+class PyHandle {
+ public:
+  PyHandle(hvd::Handle handle, std::vector<py::object> keep_alive, py::object output,
+           bool library_output);
+  PyHandle(const PyHandle&) = delete;
+  PyHandle& operator=(const PyHandle&) = delete;
+  PyHandle(PyHandle&&) = default;
+  ~PyHandle();
+
+  bool poll() const;
+  /// Waits (GIL released); timeout in seconds or None. Rethrows the operation's error.
+  void wait(py::object timeout);
+  /// Waits, then returns the output: the array the library allocated (allgather), or the
+  /// object the caller passed as output (in place: the input).
+  py::object result();
+  std::string name() const { return handle_.name(); }
+  int error_code() const { return static_cast<int>(handle_.error_code()); }
+  std::string error_message() const { return handle_.error_message(); }
+
+ private:
+  hvd::Handle handle_;
+  std::vector<py::object> keep_alive_;
+  py::object output_;
+  bool library_output_;
+};
+
+}  // namespace hvdpy

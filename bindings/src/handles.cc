@@ -1,0 +1,61 @@
+// Copyright horovod_cpp authors. hvd::Handle for Python.
+#include <chrono>
+#include <cmath>
+
+#include "bindings.h"
+
+namespace hvdpy {
+
+PyHandle::PyHandle(hvd::Handle handle, std::vector<py::object> keep_alive, py::object output,
+                   bool library_output)
+    : handle_(std::move(handle)),
+      keep_alive_(std::move(keep_alive)),
+      output_(std::move(output)),
+      library_output_(library_output) {}
+
+PyHandle::~PyHandle() {
+  // Dropped while the operation may still touch the buffers: leak the references rather
+  // than free memory the library is writing (and rather than block in a destructor).
+  if (handle_.valid() && !handle_.poll()) {
+    for (auto& o : keep_alive_) o.release();
+    output_.release();
+  }
+}
+
+bool PyHandle::poll() const { return handle_.poll(); }
+
+void PyHandle::wait(py::object timeout) {
+  if (timeout.is_none()) {
+    py::gil_scoped_release nogil;
+    handle_.wait();
+    return;
+  }
+  const double seconds = timeout.cast<double>();
+  if (!(seconds >= 0) || !std::isfinite(seconds)) {
+    throw hvd::InvalidArgumentError("wait(): timeout must be a finite number >= 0");
+  }
+  const auto ms = std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000.0)));
+  py::gil_scoped_release nogil;
+  handle_.wait(ms);
+}
+
+py::object PyHandle::result() {
+  wait(py::none());
+  if (library_output_) return to_numpy(handle_.result());
+  return output_;
+}
+
+void register_handles(py::module_& m) {
+  py::class_<PyHandle>(m, "Handle", "Completion of an asynchronous collective.")
+      .def("poll", &PyHandle::poll, "True once the operation finished (never blocks).")
+      .def("wait", &PyHandle::wait, py::arg("timeout") = py::none(),
+           "Blocks until done (GIL released); raises the operation's error. With a timeout in "
+           "seconds, raises HorovodTimeoutError on expiry (the operation goes on).")
+      .def("result", &PyHandle::result,
+           "Waits, then returns the output (allgather: a new numpy array).")
+      .def_property_readonly("name", &PyHandle::name)
+      .def_property_readonly("error_code", &PyHandle::error_code)
+      .def_property_readonly("error_message", &PyHandle::error_message);
+}
+
+}  // namespace hvdpy

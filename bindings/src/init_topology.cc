@@ -1,0 +1,37 @@
+// Copyright horovod_cpp authors. init/shutdown, topology and build queries.
+#include "bindings.h"
+
+namespace hvdpy {
+
+void register_init_topology(py::module_& m) {
+  m.def(
+      "init",
+      [](py::object comm_fortran) {
+        hvd::InitOptions options;
+        if (!comm_fortran.is_none()) {
+          options.mpi_comm_fortran = comm_fortran.cast<long long>();
+          options.use_comm = true;
+        }
+        py::gil_scoped_release nogil;  // collective: waits for every rank
+        hvd::init(options);
+      },
+      py::arg("comm_fortran") = py::none(),
+      "Starts horovod_cpp (collective). comm_fortran: MPI_Comm_c2f handle of the communicator "
+      "to run on (mpi4py: comm.py2f()), None for MPI_COMM_WORLD.");
+  m.def("shutdown", []() {
+    py::gil_scoped_release nogil;
+    hvd::shutdown();
+  });
+  m.def("is_initialized", &hvd::is_initialized);
+  m.def("rank", &hvd::rank);
+  m.def("size", &hvd::size);
+  m.def("local_rank", &hvd::local_rank);
+  m.def("local_size", &hvd::local_size);
+  m.def("cross_rank", &hvd::cross_rank);
+  m.def("cross_size", &hvd::cross_size);
+  m.def("mpi_built", &hvd::mpi_built);
+  m.def("nccl_built", &hvd::nccl_built);
+  m.def("cuda_built", &hvd::cuda_built);
+}
+
+}  // namespace hvdpy

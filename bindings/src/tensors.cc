@@ -1,0 +1,157 @@
+// Copyright horovod_cpp authors. Python buffers <-> hvd::TensorView / hvd::Tensor, zero-copy.
+#include <cstdint>
+
+#include "bindings.h"
+
+namespace hvdpy {
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw hvd::InvalidArgumentError(what); }
+
+hvd::DataType numpy_dtype(const py::dtype& dt, const char* role) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  const char order = dt.byteorder();
+  if (order == '>') invalid(std::string(role) + ": big-endian arrays are not supported");
+  switch (kind) {
+    case 'b':
+      if (size == 1) return hvd::DataType::kBool;
+      break;
+    case 'u':
+      if (size == 1) return hvd::DataType::kUInt8;
+      break;
+    case 'i':
+      if (size == 1) return hvd::DataType::kInt8;
+      if (size == 2) return hvd::DataType::kInt16;
+      if (size == 4) return hvd::DataType::kInt32;
+      if (size == 8) return hvd::DataType::kInt64;
+      break;
+    case 'f':
+      if (size == 2) return hvd::DataType::kFloat16;
+      if (size == 4) return hvd::DataType::kFloat32;
+      if (size == 8) return hvd::DataType::kFloat64;
+      break;
+    default:
+      break;
+  }
+  invalid(std::string(role) + ": unsupported numpy dtype " + dt.attr("name").cast<std::string>() +
+          " (supported: bool, uint8, int8, int16, int32, int64, float16, float32, float64)");
+}
+
+hvd::DataType torch_dtype(const std::string& name, const char* role) {
+  if (name == "torch.uint8") return hvd::DataType::kUInt8;
+  if (name == "torch.int8") return hvd::DataType::kInt8;
+  if (name == "torch.int16") return hvd::DataType::kInt16;
+  if (name == "torch.int32") return hvd::DataType::kInt32;
+  if (name == "torch.int64") return hvd::DataType::kInt64;
+  if (name == "torch.float16") return hvd::DataType::kFloat16;
+  if (name == "torch.bfloat16") return hvd::DataType::kBFloat16;
+  if (name == "torch.float32") return hvd::DataType::kFloat32;
+  if (name == "torch.float64") return hvd::DataType::kFloat64;
+  if (name == "torch.bool") return hvd::DataType::kBool;
+  invalid(std::string(role) + ": unsupported torch dtype " + name +
+          " (supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, "
+          "float64)");
+}
+
+hvd::TensorView numpy_view(const py::array& a, bool writable, const char* role) {
+  if (!(a.flags() & py::array::c_style)) {
+    invalid(std::string(role) + ": the array must be C-contiguous (use numpy.ascontiguousarray)");
+  }
+  if (writable && !a.writeable()) invalid(std::string(role) + ": the array is read-only");
+  hvd::TensorView v;
+  v.dtype = numpy_dtype(a.dtype(), role);
+  v.data = const_cast<void*>(a.data());
+  v.shape.reserve(static_cast<size_t>(a.ndim()));
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) v.shape.push_back(static_cast<int64_t>(a.shape(i)));
+  v.device = hvd::Device::cpu();
+  return v;
+}
+
+hvd::TensorView torch_view(py::handle t, const char* role) {
+  if (t.attr("is_sparse").cast<bool>()) {
+    invalid(std::string(role) + ": sparse tensors are not supported here (densify them, or use "
+            "sparse_allreduce_async)");
+  }
+  hvd::TensorView v;
+  v.dtype = torch_dtype(py::str(t.attr("dtype")).cast<std::string>(), role);
+  py::object device = t.attr("device");
+  const std::string dev_type = device.attr("type").cast<std::string>();
+  if (dev_type == "cpu") {
+    v.device = hvd::Device::cpu();
+  } else if (dev_type == "cuda") {
+    py::object index = device.attr("index");
+    v.device = hvd::Device::cuda(index.is_none() ? 0 : index.cast<int>());
+  } else {
+    invalid(std::string(role) + ": tensors on device '" + dev_type + "' are not supported");
+  }
+  if (!t.attr("is_contiguous")().cast<bool>()) {
+    invalid(std::string(role) + ": the tensor must be contiguous (use .contiguous())");
+  }
+  v.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
+  for (py::handle d : t.attr("shape")) v.shape.push_back(d.cast<int64_t>());
+  return v;
+}
+
+const char* numpy_format(hvd::DataType dt) {
+  switch (dt) {
+    case hvd::DataType::kUInt8: return "uint8";
+    case hvd::DataType::kInt8: return "int8";
+    case hvd::DataType::kInt16: return "int16";
+    case hvd::DataType::kInt32: return "int32";
+    case hvd::DataType::kInt64: return "int64";
+    case hvd::DataType::kFloat16: return "float16";
+    case hvd::DataType::kBFloat16: return "int16";  // raw bits; numpy has no bfloat16
+    case hvd::DataType::kFloat32: return "float32";
+    case hvd::DataType::kFloat64: return "float64";
+    case hvd::DataType::kBool: return "bool";
+  }
+  return "uint8";
+}
+
+}  // namespace
+
+hvd::TensorView view_of(py::handle obj, bool writable, const char* role) {
+  if (py::isinstance<py::array>(obj)) {
+    return numpy_view(py::reinterpret_borrow<py::array>(obj), writable, role);
+  }
+  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_contiguous") &&
+      py::hasattr(obj, "dtype")) {
+    return torch_view(obj, role);
+  }
+  throw py::type_error(std::string(role) + ": expected a numpy.ndarray or a torch.Tensor, got " +
+                       std::string(Py_TYPE(obj.ptr())->tp_name));
+}
+
+py::array to_numpy(const hvd::Tensor& t) {
+  auto* owner = new hvd::Tensor(t);  // shares the storage; freed with the array
+  py::capsule base(owner, [](void* p) { delete static_cast<hvd::Tensor*>(p); });
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  return py::array(py::dtype(numpy_format(t.dtype())), shape, owner->data(), base);
+}
+
+hvd::ReduceOp reduce_op_from_int(int op) {
+  switch (op) {
+    case 0: return hvd::ReduceOp::kSum;
+    case 1: return hvd::ReduceOp::kAverage;
+    case 2: return hvd::ReduceOp::kMin;
+    case 3: return hvd::ReduceOp::kMax;
+    case 4: return hvd::ReduceOp::kProduct;
+    default: break;
+  }
+  invalid("unknown reduction op " + std::to_string(op));
+}
+
+void register_tensors(py::module_& m) {
+  m.attr("Sum") = static_cast<int>(hvd::ReduceOp::kSum);
+  m.attr("Average") = static_cast<int>(hvd::ReduceOp::kAverage);
+  m.attr("Min") = static_cast<int>(hvd::ReduceOp::kMin);
+  m.attr("Max") = static_cast<int>(hvd::ReduceOp::kMax);
+  m.attr("Product") = static_cast<int>(hvd::ReduceOp::kProduct);
+  m.def(
+      "dtype_name",
+      [](py::handle obj) { return std::string(hvd::dtype_name(view_of(obj, false, "tensor").dtype)); },
+      py::arg("tensor"), "The horovod_cpp dtype name of a numpy array or torch tensor.");
+}
+
+}  // namespace hvdpy
