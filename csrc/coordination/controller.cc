@@ -92,6 +92,14 @@ void Controller::absorb(std::vector<Request> incoming) {
 // Removes `bit` from the cache (all ranks do this in the same cycle). This rank's pending
 // request on it, and on the rest of its group, will be sent in full instead.
 void Controller::drop_bit(uint32_t bit) {
+  requeue_pending(bit);
+  cache_.erase(bit);
+  partial_since_.erase(bit);
+}
+
+// Moves this rank's pending request on `bit` (and the rest of its group) to the requests sent
+// in full. Leaves the cache alone: after an eviction the position may already hold a new entry.
+void Controller::requeue_pending(uint32_t bit) {
   auto it = pending_bits_.find(bit);
   if (it != pending_bits_.end()) {
     const std::string group = it->second.group;
@@ -108,8 +116,6 @@ void Controller::drop_bit(uint32_t bit) {
       }
     }
   }
-  cache_.erase(bit);
-  partial_since_.erase(bit);
 }
 
 Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_requested,
@@ -205,9 +211,10 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
       std::optional<uint32_t> evicted;
       cache_.put(r, &evicted);
       if (evicted) {
-        // Same eviction on every rank: a request pending on that bit is re-sent in full.
-        auto it = pending_bits_.find(*evicted);
-        if (it != pending_bits_.end()) drop_bit(*evicted);  // also moves group siblings
+        // Same eviction on every rank: a request pending on that bit is re-sent in full. Not
+        // drop_bit(): put() reuses the lowest free position, often the evicted one, so erasing
+        // it would remove `r` again, on the ranks with a pending request only.
+        requeue_pending(*evicted);  // also moves group siblings
         partial_since_.erase(*evicted);
       }
     }

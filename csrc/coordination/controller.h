@@ -90,6 +90,7 @@ class Controller {
 
   void absorb(std::vector<Request> incoming);
   void drop_bit(uint32_t bit);
+  void requeue_pending(uint32_t bit);
   Status full_cycle(bool stall_report, CycleResult* out);
   ResponseList coordinate(const std::vector<RequestList>& lists, bool stall_report);
   void emit_ready(const std::string& name, TableEntry& entry, std::vector<Response>* out);
