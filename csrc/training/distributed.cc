@@ -109,6 +109,7 @@ void wait_with(const Handle& h, std::chrono::milliseconds timeout) {
 
 }  // namespace
 
+namespace {
 // Allgathers every rank's list of (name, detail) and checks on every rank, from the same
 // data, that no rank has duplicate names and that every rank's list equals rank 0's. Throws
 // the same error on every rank.
@@ -180,6 +181,15 @@ void check_entries_consistent(const std::vector<Described>& local, const std::st
       }
     }
   }
+}
+}  // namespace
+
+void check_consistent_across_ranks(const std::vector<std::pair<std::string, std::string>>& entries,
+                                   const std::string& what, const std::string& kind,
+                                   std::chrono::milliseconds timeout) {
+  std::vector<Described> local;
+  for (const auto& e : entries) local.push_back({e.first, e.second});
+  check_entries_consistent(local, what, kind, timeout);
 }
 
 void check_parameters_consistent(const ParameterList& params, const std::string& what) {
