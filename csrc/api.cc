@@ -2,12 +2,14 @@
 //
 // The single process-wide pointer to the Runtime lives here, at the API boundary, guarded by
 // a mutex; every call takes a shared reference so shutdown() cannot free it under a caller.
+// Everything checked here fails at once, on the calling rank only, before any communication.
 #include <cstdlib>
 #include <mutex>
 
 #include "common/logging.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
+#include "core/timeline.h"
 #include "horovod_cpp/api.h"
 #include "horovod_cpp_build_config.h"
 
@@ -35,49 +37,115 @@ std::string describe(const Request& q) {
   return std::string(op_type_name(q.op)) + " '" + q.name + "'";
 }
 
-void check_view(const Request& q, const TensorView& t, const char* role) {
-  for (int64_t d : t.shape) {
-    if (d < 0) throw InvalidArgumentError(describe(q) + ": " + role + " has a negative dimension " + shape_str(t.shape));
+// One submission being built: the runtime, the target set and its entries.
+class Submission {
+ public:
+  Submission(const char* what, ProcessSet set) : rt_(runtime_or_throw(what)) {
+    Status s = rt_->find_set(set.id, &set_);
+    if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
   }
-  if (t.data == nullptr && t.numel() > 0) {
-    throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
-  }
-  if (t.device.is_cuda() && !cuda_built()) {
-    throw InvalidArgumentError(describe(q) + ": " + role + " is on " + t.device.str() +
-                               " but this build of horovod_cpp has no CUDA support");
-  }
-  if (t.device.is_cuda()) {
-    throw InvalidArgumentError(describe(q) + ": CUDA tensors are not supported by this "
-                               "version's data plane yet");
-  }
-}
+  Runtime& rt() { return *rt_; }
+  ProcessSetState& set() { return *set_; }
 
-Request make_request(Runtime& rt, OpType op, const std::string& name, const TensorView& t) {
-  Request q;
-  q.rank = rt.mpi().rank();
-  q.op = op;
-  q.name = name.empty() ? rt.auto_name(op) : name;
-  q.dtype = t.dtype;
-  q.shape = t.shape;
-  q.device = t.device;
-  return q;
-}
+  /// Adds a tensor; returns its request for the caller to complete.
+  Request& add(OpType op, const std::string& name, const TensorView& in, const TensorView& out) {
+    TensorEntry e;
+    e.request.rank = set_->rank();
+    e.request.op = op;
+    e.request.name = name.empty() ? rt_->auto_name(op) : name;
+    e.request.dtype = in.dtype;
+    e.request.shape = in.shape;
+    e.request.device = in.device;
+    e.input = in;
+    e.output = out;
+    e.part = static_cast<int>(entries_.size());
+    for (const auto& prev : entries_) {
+      if (prev.request.name == e.request.name) {
+        throw InvalidArgumentError(describe(e.request) + ": the name appears twice in the group");
+      }
+    }
+    entries_.push_back(std::move(e));
+    check_view(entries_.back().request, in, "input");
+    return entries_.back().request;
+  }
 
-void check_allreduce(const Request& q, const AllreduceOptions& o) {
-  if (q.dtype == DataType::kBool && q.reduce_op == ReduceOp::kAverage) {
+  /// Marks the entries as one group (negotiated and run as a unit).
+  void group() {
+    std::string key = std::string("group:") + op_type_name(entries_.front().request.op);
+    for (const auto& e : entries_) key += "|" + e.request.name;
+    for (auto& e : entries_) {
+      e.request.group = key;
+      e.request.group_size = static_cast<int32_t>(entries_.size());
+    }
+  }
+
+  Handle submit(const std::string& handle_name) {
+    auto state = std::make_shared<detail::HandleState>(handle_name, static_cast<int>(entries_.size()));
+    const int64_t now = rt_->timeline()->enabled() ? now_us() : 0;
+    for (auto& e : entries_) {
+      e.handle = state;
+      e.enqueue_us = now;
+    }
+    throw_if_error(set_->enqueue(std::move(entries_)));
+    state_ = state;
+    return Handle(state);
+  }
+  /// The state behind the last submit() (for results the public Handle does not expose).
+  const std::shared_ptr<detail::HandleState>& state() const { return state_; }
+  Handle submit() { return submit(entries_.front().request.name); }
+
+ private:
+  static void check_view(const Request& q, const TensorView& t, const char* role) {
+    for (int64_t d : t.shape) {
+      if (d < 0) {
+        throw InvalidArgumentError(describe(q) + ": " + role + " has a negative dimension " +
+                                   shape_str(t.shape));
+      }
+    }
+    if (t.data == nullptr && t.numel() > 0) {
+      throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
+    }
+    if (t.device.is_cuda()) {
+      throw InvalidArgumentError(
+          describe(q) + ": " + role + " is on " + t.device.str() +
+          (cuda_built() ? "; CUDA tensors are not supported by this version's data plane"
+                        : " but this build of horovod_cpp has no CUDA support"));
+    }
+  }
+
+  std::shared_ptr<Runtime> rt_;
+  std::shared_ptr<ProcessSetState> set_;
+  std::vector<TensorEntry> entries_;
+  std::shared_ptr<detail::HandleState> state_;
+};
+
+void set_reduction(Request& q, ReduceOp op, double pre, double post) {
+  q.reduce_op = op;
+  q.prescale = pre;
+  q.postscale = post;
+  if (q.dtype == DataType::kBool && op == ReduceOp::kAverage) {
     throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
   }
-  if (!is_floating_point(q.dtype) && (o.prescale_factor != 1.0 || o.postscale_factor != 1.0)) {
+  if (!is_floating_point(q.dtype) && (pre != 1.0 || post != 1.0)) {
     throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
                                "floating-point tensor, not " + dtype_name(q.dtype));
   }
 }
 
-Handle submit(Runtime& rt, std::vector<TensorEntry> entries, const std::string& handle_name) {
-  auto state = std::make_shared<detail::HandleState>(handle_name, static_cast<int>(entries.size()));
-  for (auto& e : entries) e.handle = state;
-  throw_if_error(rt.enqueue(std::move(entries)));
-  return Handle(state);
+void check_not_scalar(const Request& q) {
+  if (q.shape.empty()) {
+    throw InvalidArgumentError(describe(q) + ": needs at least one dimension (got a scalar; "
+                               "give it shape [1])");
+  }
+}
+
+void check_reducescatter(Request& q, const ReducescatterOptions& o) {
+  check_not_scalar(q);
+  if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
+    throw InvalidArgumentError(describe(q) + ": reducescatter supports sum and average, not " +
+                               reduce_op_name(o.op));
+  }
+  set_reduction(q, o.op, o.prescale_factor, o.postscale_factor);
 }
 
 void shutdown_at_exit() {
@@ -127,28 +195,52 @@ int local_size() { return runtime_or_throw("local_size()")->mpi().local_size(); 
 int cross_rank() { return runtime_or_throw("cross_rank()")->mpi().cross_rank(); }
 int cross_size() { return runtime_or_throw("cross_size()")->mpi().cross_size(); }
 
+// ---- process sets ----------------------------------------------------------------------
+
+ProcessSet add_process_set(const std::vector<int>& ranks) {
+  auto rt = runtime_or_throw("add_process_set()");
+  ProcessSet ps;
+  throw_if_error(rt->add_process_set(ranks, &ps.id));
+  return ps;
+}
+
+void remove_process_set(ProcessSet set) {
+  throw_if_error(runtime_or_throw("remove_process_set()")->remove_process_set(set.id));
+}
+
+std::vector<int> process_set_ranks(ProcessSet set) {
+  auto ranks = runtime_or_throw("process_set_ranks()")->process_set_ranks(set.id);
+  if (ranks.empty()) throw InvalidArgumentError("process set " + std::to_string(set.id) + " does not exist");
+  return ranks;
+}
+
+int process_set_rank(ProcessSet set) {
+  auto ranks = process_set_ranks(set);
+  const int me = rank();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == me) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int process_set_size(ProcessSet set) { return static_cast<int>(process_set_ranks(set).size()); }
+
+// ---- allreduce ---------------------------------------------------------------------------
+
 Handle allreduce_async(const std::string& name, TensorView input, TensorView output,
                        const AllreduceOptions& options) {
-  auto rt = runtime_or_throw("allreduce");
-  TensorEntry e;
-  e.request = make_request(*rt, OpType::kAllreduce, name, input);
-  e.request.reduce_op = options.op;
-  e.request.prescale = options.prescale_factor;
-  e.request.postscale = options.postscale_factor;
-  check_view(e.request, input, "input");
-  check_view(e.request, output, "output");
+  Submission sub("allreduce", options.process_set);
+  Request& q = sub.add(OpType::kAllreduce, name, input, output);
+  if (output.data == nullptr && output.numel() > 0) {
+    throw InvalidArgumentError(describe(q) + ": output data pointer is null");
+  }
   if (output.dtype != input.dtype || output.shape != input.shape || output.device != input.device) {
-    throw InvalidArgumentError(describe(e.request) + ": output " + dtype_name(output.dtype) +
+    throw InvalidArgumentError(describe(q) + ": output " + dtype_name(output.dtype) +
                                shape_str(output.shape) + " does not match input " +
                                dtype_name(input.dtype) + shape_str(input.shape));
   }
-  check_allreduce(e.request, options);
-  e.input = input;
-  e.output = output;
-  const std::string hname = e.request.name;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  return submit(*rt, std::move(v), hname);
+  set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
+  return sub.submit();
 }
 
 Handle allreduce_async(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
@@ -167,39 +259,18 @@ void allreduce(const std::string& name, TensorView input, TensorView output,
 Handle grouped_allreduce_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& tensors,
                                const AllreduceOptions& options) {
-  auto rt = runtime_or_throw("grouped_allreduce");
-  if (names.size() != tensors.size()) {
+  Submission sub("grouped_allreduce", options.process_set);
+  if (names.size() != tensors.size() || tensors.empty()) {
     throw InvalidArgumentError("grouped_allreduce: " + std::to_string(names.size()) +
                                " names for " + std::to_string(tensors.size()) + " tensors");
   }
-  if (tensors.empty()) throw InvalidArgumentError("grouped_allreduce: empty group");
-  std::vector<TensorEntry> entries;
-  std::string key = "group";
   for (size_t i = 0; i < tensors.size(); ++i) {
-    TensorEntry e;
-    e.request = make_request(*rt, OpType::kAllreduce, names[i], tensors[i]);
-    e.request.reduce_op = options.op;
-    e.request.prescale = options.prescale_factor;
-    e.request.postscale = options.postscale_factor;
-    check_view(e.request, tensors[i], "tensor");
-    check_allreduce(e.request, options);
-    for (const auto& prev : entries) {
-      if (prev.request.name == e.request.name) {
-        throw InvalidArgumentError("grouped_allreduce: name '" + e.request.name +
-                                   "' appears twice in the group");
-      }
-    }
-    e.input = e.output = tensors[i];
-    key += "|" + e.request.name;
-    entries.push_back(std::move(e));
+    Request& q = sub.add(OpType::kAllreduce, names[i], tensors[i], tensors[i]);
+    set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
   }
-  for (auto& e : entries) {
-    e.request.group = key;
-    e.request.group_size = static_cast<int32_t>(entries.size());
-  }
-  const std::string hname = "group of " + std::to_string(entries.size()) + " starting '" +
-                            entries.front().request.name + "'";
-  return submit(*rt, std::move(entries), hname);
+  sub.group();
+  return sub.submit("group of " + std::to_string(tensors.size()) + " starting '" +
+                    (names[0].empty() ? std::string("noname") : names[0]) + "'");
 }
 
 void grouped_allreduce(const std::vector<std::string>& names, const std::vector<TensorView>& tensors,
@@ -207,57 +278,139 @@ void grouped_allreduce(const std::vector<std::string>& names, const std::vector<
   grouped_allreduce_async(names, tensors, options).wait();
 }
 
-Handle allgather_async(const std::string& name, TensorView input) {
-  auto rt = runtime_or_throw("allgather");
-  TensorEntry e;
-  e.request = make_request(*rt, OpType::kAllgather, name, input);
-  check_view(e.request, input, "input");
-  if (input.shape.empty()) {
-    throw InvalidArgumentError(describe(e.request) + ": cannot gather a scalar; give it shape [1]");
+// ---- allgather, broadcast, alltoall, reducescatter ------------------------------------------
+
+Handle allgather_async(const std::string& name, TensorView input, ProcessSet set) {
+  Submission sub("allgather", set);
+  check_not_scalar(sub.add(OpType::kAllgather, name, input, input));
+  return sub.submit();
+}
+
+Tensor allgather(const std::string& name, TensorView input, ProcessSet set) {
+  return allgather_async(name, input, set).result();
+}
+
+Handle grouped_allgather_async(const std::vector<std::string>& names,
+                               const std::vector<TensorView>& inputs, ProcessSet set) {
+  Submission sub("grouped_allgather", set);
+  if (names.size() != inputs.size() || inputs.empty()) {
+    throw InvalidArgumentError("grouped_allgather: " + std::to_string(names.size()) +
+                               " names for " + std::to_string(inputs.size()) + " tensors");
   }
-  e.input = e.output = input;
-  const std::string hname = e.request.name;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  return submit(*rt, std::move(v), hname);
-}
-
-Tensor allgather(const std::string& name, TensorView input) {
-  return allgather_async(name, input).result();
-}
-
-Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank) {
-  auto rt = runtime_or_throw("broadcast");
-  TensorEntry e;
-  e.request = make_request(*rt, OpType::kBroadcast, name, tensor);
-  e.request.root = root_rank;
-  check_view(e.request, tensor, "tensor");
-  if (root_rank < 0 || root_rank >= rt->mpi().size()) {
-    throw InvalidArgumentError(describe(e.request) + ": root rank " + std::to_string(root_rank) +
-                               " is not in [0, " + std::to_string(rt->mpi().size()) + ")");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_not_scalar(sub.add(OpType::kAllgather, names[i], inputs[i], inputs[i]));
   }
-  e.input = e.output = tensor;
-  const std::string hname = e.request.name;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  return submit(*rt, std::move(v), hname);
+  sub.group();
+  return sub.submit("allgather group of " + std::to_string(inputs.size()));
 }
 
-void broadcast(const std::string& name, TensorView tensor, int root_rank) {
-  broadcast_async(name, tensor, root_rank).wait();
+Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank, ProcessSet set) {
+  Submission sub("broadcast", set);
+  Request& q = sub.add(OpType::kBroadcast, name, tensor, tensor);
+  q.root = root_rank;
+  const auto& members = sub.set().ranks();
+  if (std::find(members.begin(), members.end(), root_rank) == members.end()) {
+    throw InvalidArgumentError(describe(q) + ": root rank " + std::to_string(root_rank) +
+                               " is not a rank of process set " + std::to_string(set.id) +
+                               " (ranks 0.." + std::to_string(sub.rt().mpi().size() - 1) + ")");
+  }
+  return sub.submit();
 }
 
-void barrier() {
-  auto rt = runtime_or_throw("barrier");
-  TensorEntry e;
-  e.request.rank = rt->mpi().rank();
-  e.request.op = OpType::kBarrier;
-  e.request.name = "horovod_cpp.barrier";
-  e.request.dtype = DataType::kUInt8;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  submit(*rt, std::move(v), "barrier").wait();
+void broadcast(const std::string& name, TensorView tensor, int root_rank, ProcessSet set) {
+  broadcast_async(name, tensor, root_rank, set).wait();
 }
+
+Handle alltoall_async(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
+                      ProcessSet set) {
+  Submission sub("alltoall", set);
+  Request& q = sub.add(OpType::kAlltoall, name, input, input);
+  check_not_scalar(q);
+  const int64_t n = sub.set().size();
+  const int64_t dim0 = input.shape[0];
+  if (splits.empty()) {
+    if (dim0 % n != 0) {
+      throw InvalidArgumentError(describe(q) + ": dimension 0 (" + std::to_string(dim0) +
+                                 ") is not divisible by the number of ranks (" + std::to_string(n) +
+                                 "); pass splits");
+    }
+    q.splits.assign(static_cast<size_t>(n), dim0 / n);
+  } else {
+    if (static_cast<int64_t>(splits.size()) != n) {
+      throw InvalidArgumentError(describe(q) + ": " + std::to_string(splits.size()) +
+                                 " splits for " + std::to_string(n) + " ranks");
+    }
+    int64_t sum = 0;
+    for (int64_t v : splits) {
+      if (v < 0) throw InvalidArgumentError(describe(q) + ": negative split " + std::to_string(v));
+      sum += v;
+    }
+    if (sum > dim0) {
+      throw InvalidArgumentError(describe(q) + ": splits sum to " + std::to_string(sum) +
+                                 ", past dimension 0 (" + std::to_string(dim0) + ")");
+    }
+    q.splits = splits;
+  }
+  return sub.submit();
+}
+
+AlltoallResult alltoall(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
+                        ProcessSet set) {
+  Handle h = alltoall_async(name, input, splits, set);
+  AlltoallResult r;
+  r.output = h.result();
+  r.received_splits = h.received_splits();
+  return r;
+}
+
+Handle reducescatter_async(const std::string& name, TensorView input,
+                           const ReducescatterOptions& options) {
+  Submission sub("reducescatter", options.process_set);
+  check_reducescatter(sub.add(OpType::kReducescatter, name, input, input), options);
+  return sub.submit();
+}
+
+Tensor reducescatter(const std::string& name, TensorView input, const ReducescatterOptions& options) {
+  return reducescatter_async(name, input, options).result();
+}
+
+Handle grouped_reducescatter_async(const std::vector<std::string>& names,
+                                   const std::vector<TensorView>& inputs,
+                                   const ReducescatterOptions& options) {
+  Submission sub("grouped_reducescatter", options.process_set);
+  if (names.size() != inputs.size() || inputs.empty()) {
+    throw InvalidArgumentError("grouped_reducescatter: " + std::to_string(names.size()) +
+                               " names for " + std::to_string(inputs.size()) + " tensors");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_reducescatter(sub.add(OpType::kReducescatter, names[i], inputs[i], inputs[i]), options);
+  }
+  sub.group();
+  return sub.submit("reducescatter group of " + std::to_string(inputs.size()));
+}
+
+// ---- join, barrier, timeline --------------------------------------------------------------
+
+int join() {
+  Submission sub("join", ProcessSet{});
+  sub.add(OpType::kJoin, kJoinName, TensorView(nullptr, DataType::kUInt8, {0}),
+          TensorView(nullptr, DataType::kUInt8, {0}));
+  sub.submit("join").wait();
+  return static_cast<int>(sub.state()->value());  // the last rank to join
+}
+
+void barrier(ProcessSet set) {
+  Submission sub("barrier", set);
+  sub.add(OpType::kBarrier, "horovod_cpp.barrier", TensorView(nullptr, DataType::kUInt8, {0}),
+          TensorView(nullptr, DataType::kUInt8, {0}));
+  sub.submit("barrier").wait();
+}
+
+void start_timeline(const std::string& path, bool mark_cycles) {
+  throw_if_error(runtime_or_throw("start_timeline()")->timeline()->start(path, mark_cycles));
+}
+
+void stop_timeline() { runtime_or_throw("stop_timeline()")->timeline()->stop(); }
 
 bool mpi_built() { return true; }
 bool nccl_built() { return HOROVOD_CPP_HAVE_NCCL != 0; }

@@ -16,8 +16,17 @@
 
 namespace hvd {
 
+/// A group of ranks that runs collectives among themselves, with its own communicator,
+/// negotiation, response cache and stall report, independently of other sets. id 0 is the
+/// global set (every rank); add_process_set() makes others.
+struct ProcessSet {
+  int id = 0;
+};
+
 /// Options of init(). Environment variables (docs/environment.md) are read once, by init().
 struct InitOptions {
+  /// Process sets to create at init, given as sorted global ranks; they get ids 1, 2, ...
+  std::vector<std::vector<int>> process_sets;
   /// Fortran handle (MPI_Comm_c2f) of the communicator to run on; 0 means MPI_COMM_WORLD.
   /// Use hvd::init(MPI_Comm) from "horovod_cpp/mpi_interop.h" rather than setting this.
   long long mpi_comm_fortran = 0;
@@ -46,11 +55,27 @@ int local_size();  ///< Number of processes on this host.
 int cross_rank();  ///< Index of this host among the hosts (ranks with the same local_rank).
 int cross_size();  ///< Number of hosts (ranks with the same local_rank as this one).
 
+/// Adds a process set of the given global ranks. Collective: every rank (members or not)
+/// calls it with the same ranks, in the same order relative to other add/remove calls.
+/// Throws InvalidArgumentError (on every rank) for an empty list, ranks out of range,
+/// duplicates, or lists that differ across ranks.
+ProcessSet add_process_set(const std::vector<int>& ranks);
+/// Removes a process set. Collective like add_process_set(); operations still pending in the
+/// set fail with a ShutdownError. The global set cannot be removed.
+void remove_process_set(ProcessSet set);
+/// The global ranks of `set`, sorted. Throws InvalidArgumentError for an unknown set.
+std::vector<int> process_set_ranks(ProcessSet set);
+/// This rank's index within `set`, or -1 if it is not a member.
+int process_set_rank(ProcessSet set);
+/// The number of ranks of `set`.
+int process_set_size(ProcessSet set);
+
 /// Parameters of an allreduce.
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;
   double prescale_factor = 1.0;   ///< multiplies the input before the reduction (floats only)
   double postscale_factor = 1.0;  ///< multiplies the result (floats only)
+  ProcessSet process_set;         ///< the ranks taking part (default: all)
 };
 
 /// Reduces `tensor` across ranks in place. Returns at once; the tensor must stay alive and
@@ -80,17 +105,68 @@ void grouped_allreduce(const std::vector<std::string>& names,
 /// Concatenates every rank's `input` along dimension 0, in rank order. The first dimension
 /// may differ across ranks; the others and the dtype must agree. The output is allocated by
 /// the library: Handle::result().
-Handle allgather_async(const std::string& name, TensorView input);
+Handle allgather_async(const std::string& name, TensorView input, ProcessSet set = {});
 /// Blocking allgather; returns the concatenation.
-Tensor allgather(const std::string& name, TensorView input);
+Tensor allgather(const std::string& name, TensorView input, ProcessSet set = {});
+/// Gathers a list of tensors as one unit; Handle::results() has one tensor per input.
+Handle grouped_allgather_async(const std::vector<std::string>& names,
+                               const std::vector<TensorView>& inputs, ProcessSet set = {});
 
-/// Replaces `tensor` on every rank by its value on `root_rank` (in place).
-Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank);
+/// Replaces `tensor` on every rank by its value on `root_rank` (a global rank, which must be a
+/// member of `set`), in place.
+Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank,
+                       ProcessSet set = {});
 /// Blocking broadcast.
-void broadcast(const std::string& name, TensorView tensor, int root_rank);
+void broadcast(const std::string& name, TensorView tensor, int root_rank, ProcessSet set = {});
 
-/// Returns once every rank has called barrier().
-void barrier();
+/// Sends slices of dimension 0 of `input` to every rank: splits[r] rows to rank r, in order
+/// (empty splits: an even split, which needs dimension 0 divisible by the number of ranks).
+/// The output, allocated by the library, concatenates what every rank sent this rank, in rank
+/// order (Handle::result()); Handle::received_splits() gives the rows from each rank.
+Handle alltoall_async(const std::string& name, TensorView input,
+                      const std::vector<int64_t>& splits = {}, ProcessSet set = {});
+/// The result of a blocking alltoall.
+struct AlltoallResult {
+  Tensor output;
+  std::vector<int64_t> received_splits;
+};
+/// Blocking alltoall.
+AlltoallResult alltoall(const std::string& name, TensorView input,
+                        const std::vector<int64_t>& splits = {}, ProcessSet set = {});
+
+/// Parameters of a reducescatter (ops: Sum and Average).
+struct ReducescatterOptions {
+  ReduceOp op = ReduceOp::kAverage;
+  double prescale_factor = 1.0;
+  double postscale_factor = 1.0;
+  ProcessSet process_set;
+};
+/// Reduces `input` across ranks; each rank receives its slice of dimension 0 of the result
+/// (the first dim0 % size ranks get one row more). Output allocated by the library.
+Handle reducescatter_async(const std::string& name, TensorView input,
+                           const ReducescatterOptions& options = {});
+/// Blocking reducescatter.
+Tensor reducescatter(const std::string& name, TensorView input,
+                     const ReducescatterOptions& options = {});
+/// Reduce-scatters a list of tensors as one unit; Handle::results() has one per input.
+Handle grouped_reducescatter_async(const std::vector<std::string>& names,
+                                   const std::vector<TensorView>& inputs,
+                                   const ReducescatterOptions& options = {});
+
+/// For ranks with uneven amounts of data: this rank has no more steps. Until every rank has
+/// joined, it takes part in every other rank's allreduces with zeros (Average still divides
+/// by the full size); any other collective issued meanwhile fails on every rank. Returns the
+/// last rank to join, the same on every rank. Global set only.
+int join();
+
+/// Returns once every rank of `set` has called barrier().
+void barrier(ProcessSet set = {});
+
+/// Starts writing a Chrome-trace timeline to `path` (rank 0 writes; other ranks ignore it),
+/// like HOROVOD_TIMELINE. `mark_cycles` adds a marker per coordination cycle.
+void start_timeline(const std::string& path, bool mark_cycles = false);
+/// Stops the timeline, leaving a complete JSON file.
+void stop_timeline();
 
 /// True: this build communicates through MPI.
 bool mpi_built();

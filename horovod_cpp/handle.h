@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/tensor.h"
@@ -41,9 +42,13 @@ class Handle {
   /// The failure's message ("" while pending or after success).
   std::string error_message() const;
 
-  /// The tensor the library allocated for the result (allgather). Waits for completion first
-  /// and rethrows a failure.
+  /// The tensor the library allocated for the result (allgather, alltoall, reducescatter;
+  /// the first one of a group). Waits for completion first and rethrows a failure.
   Tensor result() const;
+  /// Every result of a grouped allgather or reducescatter, in submission order.
+  std::vector<Tensor> results() const;
+  /// Alltoall: the number of rows received from each rank. Waits for completion first.
+  std::vector<int64_t> received_splits() const;
 
   /// The name the operation was submitted under.
   const std::string& name() const;

@@ -22,6 +22,14 @@ class DataPlane {
   virtual Status allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) = 0;
   /// Concatenates every rank's bytes in rank order into `out` (sum of `bytes_per_rank`).
   virtual Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) = 0;
+  /// Sends send_bytes[r] bytes (consecutive in `in`) to rank r and receives recv_bytes[r] from
+  /// each rank r into `out`, in rank order.
+  virtual Status alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                           const std::vector<int64_t>& recv_bytes) = 0;
+  /// Reduces `in` (the concatenation of every rank's block, recv_counts[r] elements each)
+  /// across ranks; this rank receives its block in `out`. Average reduces as Sum.
+  virtual Status reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                               DataType dtype, ReduceOp op) = 0;
   /// Copies `bytes` of `buf` on `root` to every rank.
   virtual Status broadcast(void* buf, int64_t bytes, int root) = 0;
   virtual Status barrier() = 0;

@@ -75,6 +75,8 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c.stall_shutdown_seconds));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_REDUCE_CHUNK_BYTES", &c.reduce_chunk_bytes));
+  if (auto v = lookup("HOROVOD_TIMELINE"); v) c.timeline_path = *v;
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   if (auto v = lookup("HOROVOD_LOG_LEVEL"); v && !v->empty()) {
     if (!parse_log_level(*v, &c.log_level)) {
       return bad("HOROVOD_LOG_LEVEL", *v, "one of trace, debug, info, warning, error, fatal");
@@ -93,6 +95,8 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
      << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
+     << " HOROVOD_TIMELINE=" << timeline_path
+     << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes;
   return os.str();
 }

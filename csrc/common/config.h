@@ -34,6 +34,10 @@ struct Config {
   double stall_shutdown_seconds = 0.0;
   /// HOROVOD_LOG_LEVEL (trace|debug|info|warning|error|fatal, default warning).
   LogLevel log_level = LogLevel::kWarning;
+  /// HOROVOD_TIMELINE (path, default none): rank 0 writes a Chrome-trace JSON timeline there.
+  std::string timeline_path;
+  /// HOROVOD_TIMELINE_MARK_CYCLES (default 0): 1 adds a marker per coordination cycle.
+  bool timeline_mark_cycles = false;
   /// HOROVOD_CPP_REDUCE_CHUNK_BYTES (default 4 MiB): large CPU reductions are issued in pieces
   /// of at most this many bytes, which keeps each piece's working set in cache.
   int64_t reduce_chunk_bytes = 4ll * 1024 * 1024;

@@ -16,6 +16,7 @@ namespace {
 constexpr uint64_t kFullCycleFlag = 1ull << 0;
 constexpr uint64_t kShutdownFlag = 1ull << 1;
 constexpr uint64_t kStallReportFlag = 1ull << 2;
+constexpr uint64_t kJoinedFlag = 1ull << 3;
 
 inline bool test_bit(const std::vector<uint64_t>& v, size_t word0, uint32_t bit) {
   return (v[word0 + bit / 64] >> (bit % 64)) & 1ull;
@@ -53,8 +54,12 @@ void Controller::absorb(std::vector<Request> incoming) {
   for (size_t i = 0; i < incoming.size(); ++i) {
     if (!incoming[i].group.empty()) groups[incoming[i].group].push_back(i);
   }
+  for (const Request& q : incoming) {
+    if (q.op == OpType::kJoin) joined_ = true;
+  }
   auto hit_of = [&](const Request& q) -> std::optional<uint32_t> {
-    if (!cache_.enabled()) return std::nullopt;
+    // While a rank has joined, tensors go in full: rank 0 must see who submitted what.
+    if (!cache_.enabled() || others_joined_ || joined_) return std::nullopt;
     auto bit = cache_.find(q.name);
     if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.count(*bit)) {
       return bit;
@@ -137,6 +142,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   }
   if (shutdown_requested_) v[0] &= ~kShutdownFlag;
   if (want_report) v[0] &= ~kStallReportFlag;
+  if (joined_) v[0] &= ~kJoinedFlag;
   for (const auto& [bit, q] : pending_bits_) {
     set_bit(v, kReady, bit);
     clear_bit(v, kNone, bit);
@@ -148,6 +154,12 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
 
   const bool full = !(v[0] & kFullCycleFlag);
   const bool stall_report = !(v[0] & kStallReportFlag);
+  others_joined_ = !(v[0] & kJoinedFlag);
+  if (others_joined_) {
+    // Cache hits cannot complete while a rank has joined (it sets no bits): send them in full.
+    for (auto& [bit, q] : pending_bits_) uncached_.push_back(std::move(q));
+    pending_bits_.clear();
+  }
 
   // 3. Invalidations, then the bits ready everywhere.
   for (uint32_t bit = 0; bit < nbits; ++bit) {
@@ -207,7 +219,8 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   HVD_RETURN_IF_ERROR(deserialize(blob, &list));
 
   for (Response& r : list.responses) {
-    if (r.ok() && cache_.enabled()) {
+    if (r.op == OpType::kJoin) joined_ = false;
+    if (r.ok() && cache_.enabled() && r.op != OpType::kJoin) {
       std::optional<uint32_t> evicted;
       cache_.put(r, &evicted);
       if (evicted) {
@@ -235,6 +248,8 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
   for (int r = 0; r < n; ++r) {
     if (lists[r].shutdown) shutdown_ranks.push_back(r);
     for (const Request& q : lists[r].requests) {
+      if (q.op == OpType::kJoin) last_joined_ = r;
+      if (on_request_) on_request_(q.name, r);
       TableEntry& e = table_[q.name];
       if (e.by_rank.empty()) {
         e.by_rank.resize(static_cast<size_t>(n));
@@ -249,6 +264,7 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
       }
     }
   }
+  emit_ready_with_joined(n, &out.responses);
   if (stall_report) {
     bool stall_shutdown = false;
     std::string report = build_stall_report(lists, now, &stall_shutdown);
@@ -270,10 +286,11 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
 
 void Controller::emit_ready(const std::string& /*name*/, TableEntry& entry,
                             std::vector<Response>* out) {
-  std::vector<Request> reqs;
+  std::vector<const Request*> reqs;
   reqs.reserve(entry.by_rank.size());
-  for (auto& q : entry.by_rank) reqs.push_back(std::move(*q));
+  for (auto& q : entry.by_rank) reqs.push_back(q ? &*q : nullptr);
   Response resp = build_response(reqs);
+  if (resp.op == OpType::kJoin) resp.root = last_joined_;
   if (resp.group.empty() || resp.group_size <= 1) {
     out->push_back(std::move(resp));
     return;
@@ -295,6 +312,31 @@ void Controller::emit_ready(const std::string& /*name*/, TableEntry& entry,
     out->push_back(std::move(r));
   }
   held_groups_.erase(key);
+}
+
+// Rank 0: while some ranks have joined, a tensor submitted by every other rank is ready (the
+// joined ranks take part with zeros, or it fails if it is not an allreduce).
+void Controller::emit_ready_with_joined(int n, std::vector<Response>* out) {
+  auto join = table_.find(kJoinName);
+  if (join == table_.end()) return;
+  const std::vector<std::optional<Request>>& joined = join->second.by_rank;
+  std::vector<std::string> ready;
+  for (auto& [name, e] : table_) {
+    if (name == kJoinName) continue;
+    int have = 0;
+    for (int r = 0; r < n; ++r) {
+      have += e.by_rank[static_cast<size_t>(r)] || joined[static_cast<size_t>(r)];
+    }
+    if (have == n) ready.push_back(name);
+  }
+  std::sort(ready.begin(), ready.end(), [this](const std::string& a, const std::string& b) {
+    return table_[a].first_seen < table_[b].first_seen ||
+           (table_[a].first_seen == table_[b].first_seen && a < b);
+  });
+  for (const auto& name : ready) {
+    emit_ready(name, table_[name], out);
+    table_.erase(name);
+  }
 }
 
 void Controller::update_stall_state(const std::vector<uint64_t>& v, uint32_t words) {

@@ -73,11 +73,18 @@ class Controller {
   /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
   Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);
 
+  /// True while this rank has called join() and not every rank has.
+  bool joined() const { return joined_; }
   /// True while this rank holds requests not yet turned into responses.
   bool has_pending() const { return !pending_bits_.empty() || !uncached_.empty(); }
   const ResponseCache& cache() const { return cache_; }
   uint64_t full_cycles() const { return full_cycles_; }
   uint64_t cycles() const { return cycles_; }
+  /// Rank 0: called for every request as it reaches the coordinator (name, rank), e.g. to
+  /// draw each rank's readiness on the timeline.
+  void set_request_observer(std::function<void(const std::string&, int)> f) {
+    on_request_ = std::move(f);
+  }
   /// Rank 0's last stall report ("" if none yet).
   const std::string& last_stall_report() const { return last_stall_report_; }
 
@@ -94,11 +101,13 @@ class Controller {
   Status full_cycle(bool stall_report, CycleResult* out);
   ResponseList coordinate(const std::vector<RequestList>& lists, bool stall_report);
   void emit_ready(const std::string& name, TableEntry& entry, std::vector<Response>* out);
+  void emit_ready_with_joined(int n, std::vector<Response>* out);
   std::string build_stall_report(const std::vector<RequestList>& lists, double now,
                            bool* shutdown);
   void update_stall_state(const std::vector<uint64_t>& v, uint32_t words);
 
   ControlPlane* plane_;
+  std::function<void(const std::string&, int)> on_request_;
   ControllerOptions options_;
   Clock clock_;
   ResponseCache cache_;
@@ -108,6 +117,8 @@ class Controller {
   std::set<uint32_t> invalid_bits_;           // to announce in the next cycle
   std::vector<Request> uncached_;             // to send in the next full cycle
   bool shutdown_requested_ = false;
+  bool joined_ = false;         // this rank has a join pending
+  bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
 
   // Rank 0 only.
@@ -115,6 +126,7 @@ class Controller {
   std::map<std::string, std::vector<Response>> held_groups_;
   std::map<uint32_t, double> partial_since_;  // cached bits pending on some ranks only
   bool want_stall_report_ = false;
+  int last_joined_ = -1;
   double last_stall_report_time_ = -1e300;
   std::string last_stall_report_;
 };

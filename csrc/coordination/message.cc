@@ -1,6 +1,8 @@
 // Copyright horovod_cpp authors.
 #include "coordination/message.h"
 
+#include <algorithm>
+
 namespace hvd {
 
 const char* op_type_name(OpType op) {
@@ -9,6 +11,9 @@ const char* op_type_name(OpType op) {
     case OpType::kAllgather: return "allgather";
     case OpType::kBroadcast: return "broadcast";
     case OpType::kBarrier: return "barrier";
+    case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kJoin: return "join";
   }
   return "unknown";
 }
@@ -17,12 +22,12 @@ bool Request::operator==(const Request& o) const {
   return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
          device == o.device && reduce_op == o.reduce_op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && group == o.group &&
-         group_size == o.group_size;
+         group_size == o.group_size && splits == o.splits;
 }
 
 int64_t Response::nbytes_for_rank(int rank) const {
   int64_t n = num_elements(shape);
-  if (op == OpType::kAllgather) {
+  if (op == OpType::kAllgather || op == OpType::kAlltoall) {
     const int64_t d0 = shape.empty() ? 1 : shape[0];
     const int64_t row = d0 == 0 ? num_elements(Shape(shape.begin() + 1, shape.end())) : n / d0;
     n = row * first_dims.at(static_cast<size_t>(rank));
@@ -37,8 +42,21 @@ bool Response::matches(const Request& req, int rank) const {
   }
   switch (op) {
     case OpType::kAllreduce:
+    case OpType::kReducescatter:
       return req.shape == shape && req.reduce_op == reduce_op && req.prescale == prescale &&
              req.postscale == postscale;
+    case OpType::kAlltoall: {
+      const size_t n = first_dims.size();
+      if (req.shape.size() != shape.size() || req.shape.empty() || rank >= static_cast<int>(n) ||
+          req.shape[0] != first_dims[static_cast<size_t>(rank)] || req.splits.size() != n) {
+        return false;
+      }
+      if (!std::equal(req.shape.begin() + 1, req.shape.end(), shape.begin() + 1)) return false;
+      return std::equal(req.splits.begin(), req.splits.end(),
+                        all_splits.begin() + static_cast<std::ptrdiff_t>(n) * rank);
+    }
+    case OpType::kJoin:
+      return false;  // never cached
     case OpType::kBroadcast:
       return req.shape == shape && req.root == root;
     case OpType::kAllgather:

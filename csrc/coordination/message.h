@@ -15,7 +15,19 @@
 namespace hvd {
 
 /// The collective a request asks for.
-enum class OpType : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kAlltoall = 4,
+  kReducescatter = 5,
+  kJoin = 6,  ///< this rank has no more data; it joins later allreduces with zeros
+};
+constexpr uint8_t kMaxOpType = 6;
+
+/// The fixed name of join requests (one join at a time per process).
+constexpr const char* kJoinName = "horovod_cpp.join";
 
 const char* op_type_name(OpType op);
 
@@ -35,6 +47,8 @@ struct Request {
   /// when all members are ready on every rank. Empty when not grouped.
   std::string group;
   int32_t group_size = 0;
+  /// Alltoall: rows of dimension 0 sent to each rank (one entry per rank of the set).
+  std::vector<int64_t> splits;
 
   bool operator==(const Request& o) const;
 };
@@ -55,8 +69,11 @@ struct Response {
   int32_t root = 0;
   std::string group;
   int32_t group_size = 0;
-  /// Allgather: dimension 0 of each rank's input, in rank order.
+  /// Allgather, alltoall: dimension 0 of each rank's input, in rank order. Join: the ranks
+  /// that had joined when this tensor ran (they contributed zeros).
   std::vector<int64_t> first_dims;
+  /// Alltoall: every rank's splits, row r = what rank r sends to each rank (size x size).
+  std::vector<int64_t> all_splits;
 
   bool ok() const { return error.empty(); }
   /// Bytes this rank contributes (allgather: per first_dims[rank]).

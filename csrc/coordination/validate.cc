@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "coordination/validate.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -16,11 +17,12 @@ std::string fmt_double(double d) {
 
 // "rank 0 sent X, ranks 2,3 sent Y": ranks grouped by the value `describe` gives them, in
 // order of first appearance. Empty when all ranks agree.
-std::string disagreement(const std::vector<Request>& reqs,
+std::string disagreement(const std::vector<const Request*>& reqs,
                          const std::function<std::string(const Request&)>& describe) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (size_t r = 0; r < reqs.size(); ++r) {
-    std::string v = describe(reqs[r]);
+    if (!reqs[r]) continue;  // joined: sends zeros shaped like the others
+    std::string v = describe(*reqs[r]);
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
     if (it == groups.end()) {
       groups.push_back({v, {static_cast<int>(r)}});
@@ -48,8 +50,17 @@ std::string typed_shape(const Request& q) {
 
 }  // namespace
 
-Response build_response(const std::vector<Request>& reqs) {
-  const Request& first = reqs.front();
+Response build_response(const std::vector<const Request*>& reqs) {
+  std::vector<int> joined;
+  const Request* first_ptr = nullptr;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    if (!reqs[r]) {
+      joined.push_back(static_cast<int>(r));
+    } else if (!first_ptr) {
+      first_ptr = reqs[r];
+    }
+  }
+  const Request& first = *first_ptr;
   Response resp;
   resp.op = first.op;
   resp.name = first.name;
@@ -69,10 +80,18 @@ Response build_response(const std::vector<Request>& reqs) {
     return resp;
   };
   const std::string op = op_type_name(first.op);
+  const int n = static_cast<int>(reqs.size());
 
   if (auto d = disagreement(reqs, [](const Request& q) { return std::string(op_type_name(q.op)); });
       !d.empty()) {
     return fail("mismatched collective for", d);
+  }
+  if (!joined.empty() && first.op != OpType::kAllreduce) {
+    std::string ranks;
+    for (size_t i = 0; i < joined.size(); ++i) ranks += (i ? "," : "") + std::to_string(joined[i]);
+    return fail(op, std::string(joined.size() == 1 ? "rank " : "ranks ") + ranks +
+                        " joined (hvd::join()) and cannot take part; while ranks have joined "
+                        "only allreduce runs (the joined ranks contribute zeros)");
   }
   if (auto d = disagreement(reqs, [](const Request& q) { return q.device.str() + " tensor"; });
       !d.empty()) {
@@ -88,8 +107,10 @@ Response build_response(const std::vector<Request>& reqs) {
   switch (first.op) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
+    case OpType::kReducescatter:
       if (auto d = disagreement(reqs, typed_shape); !d.empty()) return fail(op, d);
       break;
+    case OpType::kAlltoall:
     case OpType::kAllgather: {
       if (auto d = disagreement(reqs, [](const Request& q) { return std::string(dtype_name(q.dtype)); });
           !d.empty()) {
@@ -102,14 +123,23 @@ Response build_response(const std::vector<Request>& reqs) {
         return std::to_string(q.shape.size()) + "-d with trailing dims " + shape_str(t);
       };
       if (auto d = disagreement(reqs, tail); !d.empty()) return fail(op, d);
-      if (first.shape.empty()) return fail(op, "cannot gather scalars (rank 0 sent a scalar)");
-      for (const auto& q : reqs) resp.first_dims.push_back(q.shape[0]);
+      if (first.shape.empty()) return fail(op, "cannot exchange scalars");
+      for (const auto* q : reqs) resp.first_dims.push_back(q->shape[0]);
+      if (first.op == OpType::kAlltoall) {
+        for (const auto* q : reqs) {
+          resp.all_splits.insert(resp.all_splits.end(), q->splits.begin(), q->splits.end());
+        }
+        if (resp.all_splits.size() != static_cast<size_t>(n) * static_cast<size_t>(n)) {
+          return fail(op, "every rank must send " + std::to_string(n) + " splits");
+        }
+      }
       break;
     }
     case OpType::kBarrier:
+    case OpType::kJoin:
       break;
   }
-  if (first.op == OpType::kAllreduce) {
+  if (first.op == OpType::kAllreduce || first.op == OpType::kReducescatter) {
     if (auto d = disagreement(reqs, [](const Request& q) {
           return std::string("op ") + reduce_op_name(q.reduce_op);
         });
@@ -129,7 +159,7 @@ Response build_response(const std::vector<Request>& reqs) {
         !d.empty()) {
       return fail(op, d);
     }
-    if (first.root < 0 || first.root >= static_cast<int>(reqs.size())) {
+    if (first.root < 0 || first.root >= n) {
       return fail(op, "root rank " + std::to_string(first.root) + " is not in [0, " +
                           std::to_string(reqs.size()) + ")");
     }

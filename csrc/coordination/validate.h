@@ -7,10 +7,10 @@
 
 namespace hvd {
 
-/// Builds the response for one tensor from every rank's request (indexed by rank). When the
-/// ranks disagree, the response carries an error that names the tensor, the ranks and the
-/// differing values, e.g. "allreduce 'fc.weight': rank 0 sent float32[4,5], rank 2 sent
-/// float32[4,6]".
-Response build_response(const std::vector<Request>& per_rank);
+/// Builds the response for one tensor from every rank's request (indexed by rank; null for a
+/// rank that has joined and takes part with zeros, allreduce only). When the ranks disagree,
+/// the response carries an error that names the tensor, the ranks and the differing values,
+/// e.g. "allreduce 'fc.weight': rank 0 sent float32[4,5], rank 2 sent float32[4,6]".
+Response build_response(const std::vector<const Request*>& per_rank);
 
 }  // namespace hvd

@@ -9,7 +9,7 @@ namespace {
 
 constexpr uint8_t kRequestListTag = 0xA1;
 constexpr uint8_t kResponseListTag = 0xB1;
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 
 class Writer {
  public:
@@ -99,13 +99,14 @@ void write_request(Writer& w, const Request& q) {
   w.pod<int32_t>(q.root);
   w.str(q.group);
   w.pod<int32_t>(q.group_size);
+  w.i64s(q.splits);
 }
 
 bool read_request(Reader& r, Request* q) {
-  return r.pod(&q->rank) && read_enum(r, &q->op, 3) && r.str(&q->name) &&
+  return r.pod(&q->rank) && read_enum(r, &q->op, kMaxOpType) && r.str(&q->name) &&
          read_enum(r, &q->dtype, 9) && r.i64s(&q->shape) && read_device(r, &q->device) &&
          read_enum(r, &q->reduce_op, 4) && r.pod(&q->prescale) && r.pod(&q->postscale) &&
-         r.pod(&q->root) && r.str(&q->group) && r.pod(&q->group_size);
+         r.pod(&q->root) && r.str(&q->group) && r.pod(&q->group_size) && r.i64s(&q->splits);
 }
 
 void write_response(Writer& w, const Response& s) {
@@ -122,13 +123,15 @@ void write_response(Writer& w, const Response& s) {
   w.str(s.group);
   w.pod<int32_t>(s.group_size);
   w.i64s(s.first_dims);
+  w.i64s(s.all_splits);
 }
 
 bool read_response(Reader& r, Response* s) {
-  return read_enum(r, &s->op, 3) && r.str(&s->name) && r.str(&s->error) &&
+  return read_enum(r, &s->op, kMaxOpType) && r.str(&s->name) && r.str(&s->error) &&
          read_enum(r, &s->dtype, 9) && r.i64s(&s->shape) && read_device(r, &s->device) &&
          read_enum(r, &s->reduce_op, 4) && r.pod(&s->prescale) && r.pod(&s->postscale) &&
-         r.pod(&s->root) && r.str(&s->group) && r.pod(&s->group_size) && r.i64s(&s->first_dims);
+         r.pod(&s->root) && r.str(&s->group) && r.pod(&s->group_size) && r.i64s(&s->first_dims) &&
+         r.i64s(&s->all_splits);
 }
 
 bool read_header(Reader& r, uint8_t tag) {

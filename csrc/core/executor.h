@@ -12,31 +12,47 @@
 
 namespace hvd {
 
-/// Background thread only. Owns the fusion buffer, whose size is bounded by the fusion
-/// threshold (it never grows with the number of tensors).
+class Timeline;
+
+/// Background thread of one process set only. Owns the fusion buffer, whose size is bounded
+/// by the fusion threshold (it never grows with the number of tensors); reducescatter and
+/// joined ranks use a scratch buffer sized by the largest such tensor.
 class Executor {
  public:
-  Executor(DataPlane* plane, int rank, int size, int64_t fusion_threshold)
-      : plane_(plane), rank_(rank), size_(size), threshold_(fusion_threshold) {}
+  /// `global_ranks`: the set's members (set rank -> global rank), for broadcast roots.
+  Executor(DataPlane* plane, int rank, int size, int64_t fusion_threshold,
+           std::vector<int> global_ranks, Timeline* timeline = nullptr)
+      : plane_(plane), rank_(rank), size_(size), threshold_(fusion_threshold),
+        global_ranks_(std::move(global_ranks)), timeline_(timeline) {}
 
-  /// Looks up a response's local entry (and removes it from the runtime's table).
+  /// Looks up a response's local entry (and removes it from the process set's table).
   using TakeEntry = std::function<bool(const std::string& name, TensorEntry* out)>;
 
   /// Executes `responses` in order, fusing allreduces per the fusion plan, and completes each
-  /// entry's handle.
-  void execute(const std::vector<Response>& responses, const TakeEntry& take);
+  /// entry's handle. `joined`: this rank called join(), so allreduces it did not submit run
+  /// with zeros, and failures of tensors it did not submit are not its to report.
+  void execute(const std::vector<Response>& responses, const TakeEntry& take, bool joined);
 
  private:
-  Status allreduce_one(const Response& r, TensorEntry& e);
-  Status allreduce_fused(const std::vector<const Response*>& rs, std::vector<TensorEntry*>& es,
-                         const std::vector<int64_t>& offsets, int64_t bytes);
+  Status run_single(const Response& r, TensorEntry& e, bool present);
+  Status allreduce_one(const Response& r, TensorEntry& e, bool present);
+  Status allreduce_fused(const std::vector<const Response*>& rs, std::vector<TensorEntry>& es,
+                         const std::vector<bool>& present, const std::vector<int64_t>& offsets,
+                         int64_t bytes);
   Status reduce_buffer(void* buf, int64_t count, const Response& r);
   Status allgather(const Response& r, TensorEntry& e);
+  Status alltoall(const Response& r, TensorEntry& e);
+  Status reducescatter(const Response& r, TensorEntry& e);
+  int set_rank_of(int global_rank) const;
+  unsigned char* scratch(int64_t bytes);
 
   DataPlane* plane_;
   int rank_, size_;
   int64_t threshold_;
+  std::vector<int> global_ranks_;
   std::vector<unsigned char> fusion_buffer_;
+  std::vector<unsigned char> scratch_;
+  Timeline* timeline_;
 };
 
 }  // namespace hvd

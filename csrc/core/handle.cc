@@ -73,7 +73,17 @@ std::string Handle::error_message() const {
 
 Tensor Handle::result() const {
   wait();
-  return state_->result();
+  return state_->results().front();
+}
+
+std::vector<Tensor> Handle::results() const {
+  wait();
+  return state_->results();
+}
+
+std::vector<int64_t> Handle::received_splits() const {
+  wait();
+  return state_->splits().front();
 }
 
 const std::string& Handle::name() const { return must(state_).name(); }

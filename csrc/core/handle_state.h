@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "horovod_cpp/tensor.h"
@@ -19,22 +20,30 @@ namespace detail {
 
 class HandleState {
  public:
-  HandleState(std::string name, int parts) : name_(std::move(name)), remaining_(parts) {}
+  HandleState(std::string name, int parts)
+      : name_(std::move(name)), remaining_(parts), results_(static_cast<size_t>(parts)),
+        splits_(static_cast<size_t>(parts)) {}
 
   const std::string& name() const { return name_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
 
   /// Completes one part; the whole once every part has completed.
   void complete(const Status& status);
-  /// Stores the library-allocated result (before complete()).
-  void set_result(Tensor t) { result_ = std::move(t); }
+  /// Stores the library-allocated result of part `index` (before complete()).
+  void set_result(int index, Tensor t) { results_[static_cast<size_t>(index)] = std::move(t); }
+  /// Alltoall: the rows part `index` received from each rank.
+  void set_splits(int index, std::vector<int64_t> s) { splits_[static_cast<size_t>(index)] = std::move(s); }
+  /// A scalar outcome (join: the last rank to join).
+  void set_value(int64_t v) { value_ = v; }
 
   /// Waits until done or `deadline`; false on expiry.
   bool wait_until(std::chrono::steady_clock::time_point deadline);
   void wait();
   /// Valid once done().
   const Status& status() const { return status_; }
-  const Tensor& result() const { return result_; }
+  const std::vector<Tensor>& results() const { return results_; }
+  const std::vector<std::vector<int64_t>>& splits() const { return splits_; }
+  int64_t value() const { return value_; }
 
  private:
   std::string name_;
@@ -42,7 +51,9 @@ class HandleState {
   std::condition_variable cv_;
   int remaining_;
   Status status_;
-  Tensor result_;
+  std::vector<Tensor> results_;
+  std::vector<std::vector<int64_t>> splits_;
+  int64_t value_ = -1;
   std::atomic<bool> done_{false};
 };
 

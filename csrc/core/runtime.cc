@@ -1,14 +1,15 @@
 // Copyright horovod_cpp authors.
 #include "core/runtime.h"
 
-#include <chrono>
+#include <algorithm>
 #include <sstream>
 
-#include "backends/mpi/mpi_control_plane.h"
-#include "backends/mpi/mpi_data_plane.h"
 #include "common/logging.h"
+#include "core/timeline.h"
 
 namespace hvd {
+
+Runtime::Runtime() = default;
 
 Status Runtime::create(const InitOptions& options, std::unique_ptr<Runtime>* out) {
   std::unique_ptr<Runtime> rt(new Runtime());
@@ -22,23 +23,25 @@ Status Runtime::start(const InitOptions& options) {
   set_log_level(config_.log_level);
   HVD_RETURN_IF_ERROR(mpi_.init(options.use_comm, static_cast<MPI_Fint>(options.mpi_comm_fortran)));
   set_log_rank(mpi_.rank());
-  HVD_RETURN_IF_ERROR(check_config_agreement());
-  HVD_LOG(kDebug) << "config: " << config_.describe();
-
-  control_ = std::make_unique<MpiControlPlane>(mpi_.control_comm(), mpi_.rank(), mpi_.size());
-  data_ = std::make_unique<MpiDataPlane>(&mpi_, config_.reduce_chunk_bytes);
-  ControllerOptions copts;
-  copts.cache_capacity = static_cast<uint32_t>(config_.cache_capacity);
-  copts.stall_check_seconds = config_.stall_check_seconds;
-  copts.stall_check_disabled = config_.stall_check_disabled;
-  copts.stall_shutdown_seconds = config_.stall_shutdown_seconds;
-  controller_ = std::make_unique<Controller>(control_.get(), copts);
-  executor_ = std::make_unique<Executor>(data_.get(), mpi_.rank(), mpi_.size(),
-                                         config_.fusion_threshold_bytes);
-  HVD_LOG(kDebug) << "data plane: " << data_->name() << "; rank " << mpi_.rank() << "/"
+  Status agree = check_config_agreement();
+  if (!agree.ok()) {
+    mpi_.release();
+    return agree;
+  }
+  HVD_LOG(kDebug) << "config: " << config_.describe() << "; rank " << mpi_.rank() << "/"
                   << mpi_.size() << " local " << mpi_.local_rank() << "/" << mpi_.local_size()
                   << " cross " << mpi_.cross_rank() << "/" << mpi_.cross_size();
-  thread_ = std::thread([this] { loop(); });
+  timeline_ = std::make_unique<Timeline>(mpi_.rank());
+  if (!config_.timeline_path.empty()) {
+    HVD_RETURN_IF_ERROR(timeline_->start(config_.timeline_path, config_.timeline_mark_cycles));
+  }
+  std::vector<int> all(static_cast<size_t>(mpi_.size()));
+  for (int r = 0; r < mpi_.size(); ++r) all[static_cast<size_t>(r)] = r;
+  int id = 0;
+  HVD_RETURN_IF_ERROR(add_process_set(all, &id));
+  for (const auto& ranks : options.process_sets) {
+    HVD_RETURN_IF_ERROR(add_process_set(ranks, &id));
+  }
   return Status::OK();
 }
 
@@ -51,7 +54,7 @@ Status Runtime::check_config_agreement() {
                           "HOROVOD_CPP_REDUCE_CHUNK_BYTES"};
   std::vector<long long> all(3 * static_cast<size_t>(mpi_.size()));
   HVD_MPI_CHECK(MPI_Allgather(mine, 3, MPI_LONG_LONG, all.data(), 3, MPI_LONG_LONG,
-                              mpi_.control_comm()));
+                              mpi_.base_comm()));
   for (int k = 0; k < 3; ++k) {
     for (int r = 1; r < mpi_.size(); ++r) {
       const long long v0 = all[static_cast<size_t>(k)];
@@ -60,7 +63,6 @@ Status Runtime::check_config_agreement() {
         std::ostringstream os;
         os << names[k] << " must be the same on every rank: rank 0 has " << v0 << ", rank " << r
            << " has " << vr;
-        mpi_.release();
         return Status::InvalidArgument(os.str());
       }
     }
@@ -70,108 +72,137 @@ Status Runtime::check_config_agreement() {
 
 Runtime::~Runtime() {
   shutdown();
+  timeline_.reset();
   mpi_.release();
+}
+
+Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
+  std::sort(ranks.begin(), ranks.end());
+  const int n = mpi_.size();
+  std::string local_error;
+  if (ranks.empty()) local_error = "add_process_set: the set is empty";
+  for (size_t i = 0; i < ranks.size() && local_error.empty(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= n) {
+      local_error = "add_process_set: rank " + std::to_string(ranks[i]) + " is not in [0, " +
+                    std::to_string(n) + ")";
+    } else if (i > 0 && ranks[i] == ranks[i - 1]) {
+      local_error = "add_process_set: rank " + std::to_string(ranks[i]) + " is listed twice";
+    }
+  }
+  // Every rank must pass the same list: compare with rank 0's (and agree on local errors).
+  long long len = local_error.empty() ? static_cast<long long>(ranks.size()) : -1;
+  std::vector<long long> lens(static_cast<size_t>(n));
+  HVD_MPI_CHECK(MPI_Allgather(&len, 1, MPI_LONG_LONG, lens.data(), 1, MPI_LONG_LONG, mpi_.base_comm()));
+  for (int r = 0; r < n; ++r) {
+    if (lens[static_cast<size_t>(r)] < 0) {
+      return Status::InvalidArgument(local_error.empty()
+                                         ? "add_process_set: rank " + std::to_string(r) +
+                                               " passed an invalid list of ranks"
+                                         : local_error);
+    }
+  }
+  std::vector<int> root_ranks = ranks;
+  root_ranks.resize(static_cast<size_t>(lens[0]));
+  HVD_MPI_CHECK(MPI_Bcast(root_ranks.data(), static_cast<int>(lens[0]), MPI_INT, 0, mpi_.base_comm()));
+  int differs = root_ranks != ranks ? 1 : 0;
+  std::vector<int> all_differ(static_cast<size_t>(n));
+  HVD_MPI_CHECK(MPI_Allgather(&differs, 1, MPI_INT, all_differ.data(), 1, MPI_INT, mpi_.base_comm()));
+  for (int r = 0; r < n; ++r) {
+    if (all_differ[static_cast<size_t>(r)]) {
+      std::ostringstream os;
+      os << "add_process_set: every rank must pass the same ranks; rank 0 passed [";
+      for (size_t i = 0; i < root_ranks.size(); ++i) os << (i ? "," : "") << root_ranks[i];
+      os << "] but rank " << r << " passed a different list";
+      if (r == mpi_.rank()) {
+        os << " [";
+        for (size_t i = 0; i < ranks.size(); ++i) os << (i ? "," : "") << ranks[i];
+        os << "]";
+      }
+      return Status::InvalidArgument(os.str());
+    }
+  }
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  *id = next_set_id_++;
+  return create_set(std::move(ranks), *id);
+}
+
+Status Runtime::create_set(std::vector<int> ranks, int id) {
+  MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+  HVD_RETURN_IF_ERROR(mpi_.make_comms(ranks, &data, &control));
+  set_ranks_[id] = ranks;
+  if (data != MPI_COMM_NULL) {
+    sets_[id] = std::make_shared<ProcessSetState>(id, std::move(ranks), mpi_.rank(), data, control,
+                                             &mpi_, config_, timeline_.get());
+  }
+  return Status::OK();
+}
+
+Status Runtime::remove_process_set(int id) {
+  if (id == 0) return Status::InvalidArgument("remove_process_set: the global set cannot be removed");
+  std::shared_ptr<ProcessSetState> set;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    if (!set_ranks_.count(id)) {
+      return Status::InvalidArgument("remove_process_set: no process set " + std::to_string(id));
+    }
+    set_ranks_.erase(id);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) {
+      set = it->second;
+      sets_.erase(it);
+    }
+  }
+  if (set) set->shutdown();  // collective among its members, who all remove it
+  return Status::OK();
+}
+
+Status Runtime::find_set(int id, std::shared_ptr<ProcessSetState>* out) const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = sets_.find(id);
+  if (it != sets_.end()) {
+    *out = it->second;
+    return Status::OK();
+  }
+  auto rit = set_ranks_.find(id);
+  if (rit == set_ranks_.end()) {
+    return Status::InvalidArgument("process set " + std::to_string(id) +
+                                   " does not exist (or was removed)");
+  }
+  std::ostringstream os;
+  os << "rank " << mpi_.rank() << " is not a member of process set " << id << " (ranks ";
+  for (size_t i = 0; i < rit->second.size(); ++i) os << (i ? "," : "") << rit->second[i];
+  os << ")";
+  return Status::InvalidArgument(os.str());
+}
+
+std::vector<int> Runtime::process_set_ranks(int id) const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = set_ranks_.find(id);
+  return it == set_ranks_.end() ? std::vector<int>() : it->second;
+}
+
+void Runtime::shutdown() {
+  std::map<int, std::shared_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    sets = sets_;
+  }
+  // Every set is told first, then waited for, so no member waits on another's late request.
+  for (auto& [id, s] : sets) s->request_shutdown();
+  for (auto& [id, s] : sets) s->shutdown();
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  sets_.clear();
+}
+
+bool Runtime::running() const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = sets_.find(0);
+  return it != sets_.end() && it->second->running();
 }
 
 std::string Runtime::auto_name(OpType op) {
   const uint64_t n = noname_counter_[static_cast<int>(op)]++;
   return std::string(op_type_name(op)) + ".noname." + std::to_string(n);
-}
-
-std::string Runtime::stop_reason() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return stop_status_.message();
-}
-
-Status Runtime::enqueue(std::vector<TensorEntry> entries) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (stopped_ || shutdown_requested_) {
-    const std::string why = stop_status_.ok() ? "horovod_cpp is shutting down"
-                                              : stop_status_.message();
-    return Status::Shutdown(std::string(op_type_name(entries.front().request.op)) + " '" +
-                            entries.front().request.name + "' rejected: " + why);
-  }
-  for (const auto& e : entries) {
-    auto it = table_.find(e.request.name);
-    if (it != table_.end()) {
-      return Status::InvalidArgument(
-          std::string(op_type_name(e.request.op)) + " '" + e.request.name + "' on rank " +
-          std::to_string(mpi_.rank()) + ": a " + op_type_name(it->second.request.op) +
-          " of the same name is still pending; wait for it before reusing the name");
-    }
-  }
-  for (auto& e : entries) {
-    new_requests_.push_back(e.request);
-    std::string name = e.request.name;
-    table_.emplace(std::move(name), std::move(e));
-  }
-  cv_.notify_one();
-  return Status::OK();
-}
-
-bool Runtime::take_entry(const std::string& name, TensorEntry* out) {
-  std::lock_guard<std::mutex> lk(mu_);
-  auto it = table_.find(name);
-  if (it == table_.end()) return false;
-  *out = std::move(it->second);
-  table_.erase(it);
-  return true;
-}
-
-void Runtime::loop() {
-  const auto idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
-  const auto take = [this](const std::string& n, TensorEntry* e) { return take_entry(n, e); };
-  while (true) {
-    std::vector<Request> incoming;
-    bool shutdown;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
-      // timeout is the heartbeat that lets other ranks' cycles complete.
-      if (new_requests_.empty() && table_.empty() && !shutdown_requested_) {
-        cv_.wait_for(lk, idle,
-                     [this] { return !new_requests_.empty() || shutdown_requested_; });
-      }
-      incoming.swap(new_requests_);
-      shutdown = shutdown_requested_;
-    }
-    CycleResult result;
-    Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
-    if (!s.ok()) {
-      HVD_LOG(kError) << "coordination failed, stopping: " << s.message();
-      stop(Status::Backend("horovod_cpp stopped: coordination failed: " + s.message()));
-      return;
-    }
-    executor_->execute(result.responses, take);
-    if (result.shutdown) {
-      stop(Status::Shutdown(result.shutdown_reason));
-      return;
-    }
-  }
-}
-
-void Runtime::stop(const Status& why) {
-  std::unordered_map<std::string, TensorEntry> orphans;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_status_ = why;
-    stopped_ = true;
-    orphans.swap(table_);
-    new_requests_.clear();
-  }
-  for (auto& [name, e] : orphans) {
-    e.handle->complete(Status(why.code(), std::string(op_type_name(e.request.op)) + " '" + name +
-                                              "' did not complete: " + why.message()));
-  }
-}
-
-void Runtime::shutdown() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    shutdown_requested_ = true;
-    cv_.notify_one();
-  }
-  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace hvd

@@ -16,6 +16,8 @@ struct TensorEntry {
   TensorView input;
   TensorView output;  ///< == input for in-place operations; unused by allgather
   std::shared_ptr<detail::HandleState> handle;
+  int part = 0;  ///< index of this tensor in its handle (grouped operations)
+  int64_t enqueue_us = 0;  ///< when it was submitted (timeline)
 };
 
 }  // namespace hvd

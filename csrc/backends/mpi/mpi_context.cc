@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "backends/mpi/mpi_context.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -69,18 +70,16 @@ Status MpiContext::init(bool use_base, MPI_Fint base_f) {
     }
   }
   MPI_Comm base = use_base ? MPI_Comm_f2c(base_f) : MPI_COMM_WORLD;
-  HVD_MPI_CHECK(MPI_Comm_dup(base, &data_comm_));
-  HVD_MPI_CHECK(MPI_Comm_dup(base, &control_comm_));
-  MPI_Comm_set_errhandler(data_comm_, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(control_comm_, MPI_ERRORS_RETURN);
-  HVD_MPI_CHECK(MPI_Comm_rank(data_comm_, &rank_));
-  HVD_MPI_CHECK(MPI_Comm_size(data_comm_, &size_));
+  HVD_MPI_CHECK(MPI_Comm_dup(base, &base_comm_));
+  MPI_Comm_set_errhandler(base_comm_, MPI_ERRORS_RETURN);
+  HVD_MPI_CHECK(MPI_Comm_rank(base_comm_, &rank_));
+  HVD_MPI_CHECK(MPI_Comm_size(base_comm_, &size_));
 
   MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
-  HVD_MPI_CHECK(MPI_Comm_split_type(data_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  HVD_MPI_CHECK(MPI_Comm_split_type(base_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
-  HVD_MPI_CHECK(MPI_Comm_split(data_comm_, local_rank_, rank_, &cross));
+  HVD_MPI_CHECK(MPI_Comm_split(base_comm_, local_rank_, rank_, &cross));
   MPI_Comm_rank(cross, &cross_rank_);
   MPI_Comm_size(cross, &cross_size_);
   MPI_Comm_free(&local);
@@ -96,14 +95,28 @@ void MpiContext::release() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (data_comm_ != MPI_COMM_NULL) MPI_Comm_free(&data_comm_);
-  if (control_comm_ != MPI_COMM_NULL) MPI_Comm_free(&control_comm_);
+  if (base_comm_ != MPI_COMM_NULL) MPI_Comm_free(&base_comm_);
   if (ops_created_) {
     for (auto& row : half_ops_) {
       for (int i : {0, 2, 3, 4}) MPI_Op_free(&row[i]);
     }
     ops_created_ = false;
   }
+}
+
+Status MpiContext::make_comms(const std::vector<int>& ranks, MPI_Comm* data,
+                              MPI_Comm* control) const {
+  *data = *control = MPI_COMM_NULL;
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), rank_);
+  MPI_Comm sub = MPI_COMM_NULL;
+  HVD_MPI_CHECK(MPI_Comm_split(base_comm_, member ? 0 : MPI_UNDEFINED, rank_, &sub));
+  if (!member) return Status::OK();
+  HVD_MPI_CHECK(MPI_Comm_dup(sub, data));
+  HVD_MPI_CHECK(MPI_Comm_dup(sub, control));
+  MPI_Comm_free(&sub);
+  MPI_Comm_set_errhandler(*data, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(*control, MPI_ERRORS_RETURN);
+  return Status::OK();
 }
 
 MPI_Datatype MpiContext::datatype(DataType dtype) {

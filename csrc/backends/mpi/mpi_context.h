@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "horovod_cpp/types.h"
@@ -31,14 +32,17 @@ class MpiContext {
   MpiContext(const MpiContext&) = delete;
   MpiContext& operator=(const MpiContext&) = delete;
 
-  /// Initializes MPI if needed, duplicates `base` (MPI_COMM_WORLD when use_base is false) into
-  /// a data and a control communicator, and discovers the topology.
+  /// Initializes MPI if needed, duplicates `base` (MPI_COMM_WORLD when use_base is false) and
+  /// discovers the topology.
   Status init(bool use_base, MPI_Fint base);
-  /// Frees the communicators (MPI itself stays initialized until process exit).
+  /// Frees the communicators and operators (MPI stays initialized until process exit).
   void release();
 
-  MPI_Comm data_comm() const { return data_comm_; }
-  MPI_Comm control_comm() const { return control_comm_; }
+  /// The job's communicator (a duplicate of the base), used for setup exchanges only.
+  MPI_Comm base_comm() const { return base_comm_; }
+  /// Collective over base_comm(): makes a data and a control communicator for the ranks in
+  /// `ranks` (sorted), or MPI_COMM_NULL for ranks not in it.
+  Status make_comms(const std::vector<int>& ranks, MPI_Comm* data, MPI_Comm* control) const;
   int rank() const { return rank_; }
   int size() const { return size_; }
   int local_rank() const { return local_rank_; }
@@ -52,8 +56,7 @@ class MpiContext {
   MPI_Op op(DataType dtype, ReduceOp op) const;
 
  private:
-  MPI_Comm data_comm_ = MPI_COMM_NULL;
-  MPI_Comm control_comm_ = MPI_COMM_NULL;
+  MPI_Comm base_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
   MPI_Op half_ops_[2][5] = {};  // [fp16, bf16][ReduceOp]
   bool ops_created_ = false;

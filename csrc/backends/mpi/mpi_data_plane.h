@@ -11,15 +11,22 @@ namespace hvd {
 /// 97 MB buffer is far slower here than the same bytes in cache-sized calls).
 class MpiDataPlane : public DataPlane {
  public:
-  MpiDataPlane(const MpiContext* ctx, int64_t chunk_bytes) : ctx_(ctx), chunk_bytes_(chunk_bytes) {}
+  /// `comm` (owned by the caller) carries the data; `ctx` provides the reduction operators.
+  MpiDataPlane(const MpiContext* ctx, MPI_Comm comm, int64_t chunk_bytes);
   const char* name() const override { return "mpi"; }
   Status allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
   Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
+  Status alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                   const std::vector<int64_t>& recv_bytes) override;
+  Status reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override;
   Status broadcast(void* buf, int64_t bytes, int root) override;
   Status barrier() override;
 
  private:
   const MpiContext* ctx_;
+  MPI_Comm comm_;
+  int rank_ = 0;
   int64_t chunk_bytes_;
 };
 

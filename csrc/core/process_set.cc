@@ -1,0 +1,178 @@
+// Copyright horovod_cpp authors.
+#include "core/process_set.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "backends/mpi/mpi_control_plane.h"
+#include "backends/mpi/mpi_data_plane.h"
+#include "common/logging.h"
+#include "core/timeline.h"
+
+namespace hvd {
+
+ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank, MPI_Comm data,
+                       MPI_Comm control, const MpiContext* mpi, const Config& config,
+                       Timeline* timeline)
+    : id_(id),
+      global_ranks_(std::move(global_ranks)),
+      config_(config),
+      timeline_(timeline),
+      data_comm_(data),
+      control_comm_(control) {
+  rank_ = static_cast<int>(std::find(global_ranks_.begin(), global_ranks_.end(), my_global_rank) -
+                           global_ranks_.begin());
+  control_ = std::make_unique<MpiControlPlane>(control_comm_, rank_, size());
+  data_ = std::make_unique<MpiDataPlane>(mpi, data_comm_, config_.reduce_chunk_bytes);
+  ControllerOptions copts;
+  copts.cache_capacity = static_cast<uint32_t>(config_.cache_capacity);
+  copts.stall_check_seconds = config_.stall_check_seconds;
+  copts.stall_check_disabled = config_.stall_check_disabled;
+  copts.stall_shutdown_seconds = config_.stall_shutdown_seconds;
+  controller_ = std::make_unique<Controller>(control_.get(), copts);
+  executor_ = std::make_unique<Executor>(data_.get(), rank_, size(), config_.fusion_threshold_bytes,
+                                         global_ranks_, timeline_);
+  if (timeline_) {
+    Timeline* tl = timeline_;
+    controller_->set_request_observer([tl](const std::string& name, int r) {
+      if (tl->enabled()) tl->instant(name, "rank " + std::to_string(r) + " ready", now_us());
+    });
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+ProcessSetState::~ProcessSetState() {
+  shutdown();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    MPI_Comm_free(&data_comm_);
+    MPI_Comm_free(&control_comm_);
+  }
+}
+
+std::string ProcessSetState::stop_reason() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stop_status_.message();
+}
+
+Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const Request& first = entries.front().request;
+  if (stopped_ || shutdown_requested_) {
+    const std::string why = stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
+    return Status::Shutdown(std::string(op_type_name(first.op)) + " '" + first.name +
+                            "' rejected: " + why);
+  }
+  for (const auto& e : entries) {
+    auto it = table_.find(e.request.name);
+    if (it != table_.end()) {
+      return Status::InvalidArgument(
+          std::string(op_type_name(e.request.op)) + " '" + e.request.name + "' on rank " +
+          std::to_string(global_ranks_[static_cast<size_t>(rank_)]) + ": a " +
+          op_type_name(it->second.request.op) +
+          " of the same name is still pending; wait for it before reusing the name");
+    }
+  }
+  for (auto& e : entries) {
+    new_requests_.push_back(e.request);
+    std::string name = e.request.name;
+    table_.emplace(std::move(name), std::move(e));
+  }
+  cv_.notify_one();
+  return Status::OK();
+}
+
+bool ProcessSetState::take_entry(const std::string& name, TensorEntry* out) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = table_.find(name);
+  if (it == table_.end()) return false;
+  *out = std::move(it->second);
+  table_.erase(it);
+  return true;
+}
+
+void ProcessSetState::loop() {
+  const auto idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
+  const auto take = [this](const std::string& n, TensorEntry* e) { return take_entry(n, e); };
+  std::unordered_map<std::string, int64_t> negotiating;  // timeline: name -> start (us)
+  while (true) {
+    std::vector<Request> incoming;
+    bool shutdown;
+    const bool traced = timeline_ && timeline_->enabled();
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
+      // timeout is the heartbeat that lets other ranks' cycles complete.
+      if (new_requests_.empty() && table_.empty() && !shutdown_requested_) {
+        cv_.wait_for(lk, idle, [this] { return !new_requests_.empty() || shutdown_requested_; });
+      }
+      incoming.swap(new_requests_);
+      shutdown = shutdown_requested_;
+      if (traced) {
+        const int64_t now = now_us();
+        for (const Request& q : incoming) {
+          auto it = table_.find(q.name);
+          if (it != table_.end()) timeline_->phase(q.name, "QUEUE", it->second.enqueue_us, now);
+          negotiating[q.name] = now;
+        }
+      }
+    }
+    CycleResult result;
+    if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
+    Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
+    if (!s.ok()) {
+      HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
+      stop(Status::Backend("horovod_cpp stopped: coordination failed: " + s.message()));
+      return;
+    }
+    if (traced) {
+      const int64_t now = now_us();
+      for (const Response& r : result.responses) {
+        auto it = negotiating.find(r.name);
+        if (it == negotiating.end()) continue;
+        timeline_->phase(r.name, "NEGOTIATE", it->second, now,
+                         std::string("\"cached\":") + (result.full_cycle ? "false" : "true"));
+        negotiating.erase(it);
+      }
+    } else if (!negotiating.empty()) {
+      negotiating.clear();
+    }
+    // joined() is read before executing: the join response itself clears it.
+    const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
+        result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
+    executor_->execute(result.responses, take, joined);
+    if (result.shutdown) {
+      stop(Status::Shutdown(result.shutdown_reason));
+      return;
+    }
+  }
+}
+
+void ProcessSetState::stop(const Status& why) {
+  std::unordered_map<std::string, TensorEntry> orphans;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_status_ = why;
+    stopped_ = true;
+    orphans.swap(table_);
+    new_requests_.clear();
+  }
+  for (auto& [name, e] : orphans) {
+    e.handle->complete(Status(why.code(), std::string(op_type_name(e.request.op)) + " '" + name +
+                                              "' did not complete: " + why.message()));
+  }
+}
+
+void ProcessSetState::request_shutdown() {
+  std::lock_guard<std::mutex> lk(mu_);
+  shutdown_requested_ = true;
+  cv_.notify_one();
+}
+
+void ProcessSetState::shutdown() {
+  request_shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace hvd

@@ -1,0 +1,88 @@
+// Copyright horovod_cpp authors. A process set: a group of ranks that negotiate and run
+// collectives together, independently of every other set.
+//
+// Each set owns its communicators, control and data planes, controller (negotiation, response
+// cache, stall report), executor and background thread, so one set's stall or slow collective
+// never holds up another set's work. Set 0 holds every rank.
+//
+// Threads: user threads call enqueue() (any number, concurrently); the set's background thread
+// runs loop(). They share only `mu_`-guarded state: table_, new_requests_, the shutdown flag
+// and the stop status. Everything else is the background thread's alone.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/data_plane.h"
+#include "backends/mpi/mpi_context.h"
+#include "common/config.h"
+#include "coordination/control_plane.h"
+#include "coordination/controller.h"
+#include "core/executor.h"
+#include "core/tensor_entry.h"
+
+namespace hvd {
+
+class Timeline;
+
+class ProcessSetState {
+ public:
+  /// Takes ownership of `data` and `control` (this rank must be a member) and starts the
+  /// background thread.
+  ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank, MPI_Comm data,
+             MPI_Comm control, const MpiContext* mpi, const Config& config, Timeline* timeline);
+  ~ProcessSetState();
+  ProcessSetState(const ProcessSetState&) = delete;
+  ProcessSetState& operator=(const ProcessSetState&) = delete;
+
+  int id() const { return id_; }
+  const std::vector<int>& ranks() const { return global_ranks_; }
+  int rank() const { return rank_; }  ///< this rank's index in ranks()
+  int size() const { return static_cast<int>(global_ranks_.size()); }
+
+  /// Submits entries atomically (a group arrives in one cycle). Fails at once, submitting
+  /// nothing, if a name is already pending or the set has stopped.
+  Status enqueue(std::vector<TensorEntry> entries);
+
+  /// Asks every member to stop (their pending operations fail with a ShutdownError naming this
+  /// rank) without waiting.
+  void request_shutdown();
+  /// request_shutdown(), then waits for this rank's thread.
+  void shutdown();
+  /// False once the thread stopped (shutdown on any member, stall, fatal error).
+  bool running() const { return !stopped_.load(); }
+  std::string stop_reason() const;
+
+ private:
+  void loop();
+  void stop(const Status& why);
+  bool take_entry(const std::string& name, TensorEntry* out);
+
+  const int id_;
+  const std::vector<int> global_ranks_;
+  int rank_ = -1;
+  const Config config_;
+  Timeline* timeline_;
+  MPI_Comm data_comm_, control_comm_;
+  std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<DataPlane> data_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Executor> executor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
+  std::vector<Request> new_requests_;                   // guarded by mu_
+  bool shutdown_requested_ = false;                     // guarded by mu_
+  Status stop_status_;                                  // guarded by mu_
+  std::atomic<bool> stopped_{false};
+  std::thread thread_;
+};
+
+}  // namespace hvd
