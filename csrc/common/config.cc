@@ -2,6 +2,7 @@
 #include "common/config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -21,21 +22,25 @@ Status read_double(const Lookup& lookup, const char* var, double min, double* ou
   char* end = nullptr;
   errno = 0;
   double d = std::strtod(v->c_str(), &end);
-  if (errno != 0 || end == v->c_str() || *end != '\0' || !(d >= min)) {
-    return bad(var, *v, min > 0 ? "a positive number" : "a number >= 0");
+  // Not inf: the values become timeouts, and an infinite one overflows the clock arithmetic.
+  if (errno != 0 || end == v->c_str() || *end != '\0' || !(d >= min) || !std::isfinite(d)) {
+    return bad(var, *v, min > 0 ? "a finite number > 0" : "a finite number >= 0");
   }
   *out = d;
   return Status::OK();
 }
 
-Status read_int(const Lookup& lookup, const char* var, int64_t* out) {
+Status read_int(const Lookup& lookup, const char* var, int64_t* out,
+                int64_t max = INT64_MAX) {
   auto v = lookup(var);
   if (!v || v->empty()) return Status::OK();
   char* end = nullptr;
   errno = 0;
   long long x = std::strtoll(v->c_str(), &end, 10);
-  if (errno != 0 || end == v->c_str() || *end != '\0' || x < 0) {
-    return bad(var, *v, "an integer >= 0");
+  if (errno != 0 || end == v->c_str() || *end != '\0' || x < 0 || x > max) {
+    const std::string range =
+        max == INT64_MAX ? "an integer >= 0" : "an integer in [0, " + std::to_string(max) + "]";
+    return bad(var, *v, range.c_str());
   }
   *out = x;
   return Status::OK();
@@ -68,7 +73,10 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   Config c;
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_FUSION_THRESHOLD", &c.fusion_threshold_bytes));
   HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_CYCLE_TIME", 0.0, &c.cycle_time_ms));
-  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CACHE_CAPACITY", &c.cache_capacity));
+  // The controller holds the capacity in 32 bits: larger values would silently wrap (2^32 to 0,
+  // which disables the cache).
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CACHE_CAPACITY", &c.cache_capacity, UINT32_MAX));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_STALL_CHECK_TIME_SECONDS", 0.0, &c.stall_check_seconds));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_STALL_CHECK_DISABLE", &c.stall_check_disabled));

@@ -1,1 +1,258 @@
+// Copyright horovod_cpp authors. CPU kernels (backends/cpu/cpu_ops.h): every dtype x every
+// reduce op, element by element against references computed here in wider types.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
 #include <catch2/catch.hpp>
+
+#include "backends/cpu/cpu_ops.h"
+#include "common/half.h"
+#include "half_reference.h"
+
+using namespace hvd;
+using namespace hvd::testing;
+
+namespace {
+
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                             ReduceOp::kProduct};
+
+// Exact reference in long double / __int128, then the target type's own conversion rule.
+template <typename T>
+T wrap_to(__int128 v) {
+  // Modular reduction to T's width: what two's complement integer types do.
+  const int bits = 8 * static_cast<int>(sizeof(T));
+  const unsigned __int128 mask = (static_cast<unsigned __int128>(1) << bits) - 1;
+  unsigned __int128 u = static_cast<unsigned __int128>(v) & mask;
+  if (std::is_signed<T>::value && (u >> (bits - 1))) {
+    return static_cast<T>(static_cast<__int128>(u) - (static_cast<__int128>(1) << bits));
+  }
+  return static_cast<T>(u);
+}
+
+template <typename T>
+T int_ref(T a, T b, ReduceOp op) {
+  const __int128 x = a, y = b;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return wrap_to<T>(x + y);
+    case ReduceOp::kMin: return x < y ? a : b;
+    case ReduceOp::kMax: return x > y ? a : b;
+    case ReduceOp::kProduct: return wrap_to<T>(x * y);
+  }
+  return 0;
+}
+
+double real_ref(double x, double y, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: return x + y;
+    case ReduceOp::kMin: return y < x ? y : x;
+    case ReduceOp::kMax: return x < y ? y : x;
+    case ReduceOp::kProduct: return x * y;
+  }
+  return 0;
+}
+
+template <typename T>
+void check_int(DataType dt, T lo, T hi) {
+  std::mt19937_64 rng(static_cast<uint64_t>(dt) * 977);
+  const int64_t n = 1000;
+  for (ReduceOp op : kOps) {
+    INFO(dtype_name(dt) << " " << reduce_op_name(op));
+    std::uniform_int_distribution<int64_t> d(static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+    std::vector<T> a(n), b(n);
+    for (int64_t i = 0; i < n; ++i) {
+      a[static_cast<size_t>(i)] = static_cast<T>(d(rng));
+      b[static_cast<size_t>(i)] = static_cast<T>(d(rng));
+    }
+    a[0] = lo;  // the extremes are always present
+    b[0] = hi;
+    a[1] = hi;
+    b[1] = hi;
+    std::vector<T> out = a;
+    reduce_into(out.data(), b.data(), n, dt, op);
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      INFO("element " << i << ": " << +a[k] << ", " << +b[k]);
+      REQUIRE(+out[k] == +int_ref<T>(a[k], b[k], op));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("integer reductions", "[cpu_ops]") {
+  // 8 and 16 bit: the full range, results wrap like the type. 32/64 bit: a range whose sums and
+  // products fit (signed overflow there would be undefined behaviour in any kernel).
+  check_int<uint8_t>(DataType::kUInt8, 0, 255);
+  check_int<int8_t>(DataType::kInt8, -128, 127);
+  check_int<int16_t>(DataType::kInt16, -32768, 32767);
+  check_int<int32_t>(DataType::kInt32, -46000, 46000);
+  check_int<int64_t>(DataType::kInt64, -3000000000LL, 3000000000LL);
+}
+
+TEST_CASE("float32 and float64 reductions", "[cpu_ops]") {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> d(-1e3, 1e3);
+  const int64_t n = 777;
+  for (ReduceOp op : kOps) {
+    INFO(reduce_op_name(op));
+    std::vector<float> af(n), bf(n);
+    std::vector<double> ad(n), bd(n);
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      af[i] = static_cast<float>(d(rng));
+      bf[i] = static_cast<float>(d(rng));
+      ad[i] = d(rng);
+      bd[i] = d(rng);
+    }
+    af[3] = bf[3] = 0.5f;  // equal operands
+    auto of = af;
+    auto od = ad;
+    reduce_into(of.data(), bf.data(), n, DataType::kFloat32, op);
+    reduce_into(od.data(), bd.data(), n, DataType::kFloat64, op);
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      // float: the exact double result rounded once is the correctly rounded float result.
+      REQUIRE(of[i] == static_cast<float>(real_ref(af[i], bf[i], op)));
+      REQUIRE(od[i] == real_ref(ad[i], bd[i], op));
+    }
+  }
+}
+
+TEST_CASE("float16 and bfloat16 reductions equal rounding the exact result", "[cpu_ops]") {
+  std::mt19937 rng(12);
+  const int64_t n = 1300;  // several of the kernel's 256-element blocks plus a tail
+  for (DataType dt : {DataType::kFloat16, DataType::kBFloat16}) {
+    const bool half = dt == DataType::kFloat16;
+    auto value = [&](uint16_t p) { return half ? ref_half_value(p) : ref_bf16_value(p); };
+    auto round = [&](double x) { return half ? ref_float_to_half(x) : ref_float_to_bf16(x); };
+    auto is_nan = [&](uint16_t p) { return half ? is_half_nan(p) : is_bf16_nan(p); };
+    auto finite_random = [&] {
+      for (;;) {
+        const uint16_t p = static_cast<uint16_t>(rng());
+        if (std::isfinite(value(p))) return p;
+      }
+    };
+    for (ReduceOp op : kOps) {
+      INFO(dtype_name(dt) << " " << reduce_op_name(op));
+      std::vector<uint16_t> a(n), b(n);
+      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+        a[i] = finite_random();
+        // Half the time a nearby magnitude, so sums and products stay in range and round.
+        b[i] = i % 2 ? finite_random() : static_cast<uint16_t>((a[i] & 0xFF00) | (rng() & 0xFF));
+        if (!std::isfinite(value(b[i]))) b[i] = a[i];
+      }
+      std::vector<uint16_t> out = a;
+      reduce_into(out.data(), b.data(), n, dt, op);
+      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+        // The exact double result, rounded once (the float intermediate of the kernel is
+        // wide enough that its double rounding never differs).
+        const uint16_t expect = round(real_ref(value(a[i]), value(b[i]), op));
+        INFO("element " << i << ": 0x" << std::hex << a[i] << " op 0x" << b[i] << " -> 0x"
+                        << out[i] << ", expected 0x" << expect);
+        if (is_nan(expect)) {
+          REQUIRE(is_nan(out[i]));
+        } else if (value(expect) == 0) {
+          REQUIRE(value(out[i]) == 0);  // the sign of a zero min/max may be either
+        } else {
+          REQUIRE(out[i] == expect);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("bool reductions are logical", "[cpu_ops]") {
+  const uint8_t a[] = {0, 0, 1, 1};
+  const uint8_t b[] = {0, 1, 0, 1};
+  for (ReduceOp op : kOps) {
+    INFO(reduce_op_name(op));
+    uint8_t out[4];
+    std::memcpy(out, a, 4);
+    reduce_into(out, b, 4, DataType::kBool, op);
+    const bool any = op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMax;
+    for (int i = 0; i < 4; ++i) {
+      const bool expect = any ? (a[i] || b[i]) : (a[i] && b[i]);
+      CHECK(out[i] == (expect ? 1 : 0));
+    }
+  }
+}
+
+TEST_CASE("n = 0 touches nothing", "[cpu_ops]") {
+  float a = 1.5f, b = 2.0f;
+  reduce_into(&a, &b, 0, DataType::kFloat32, ReduceOp::kSum);
+  CHECK(a == 1.5f);
+  scale_buffer(&a, 0, DataType::kFloat32, 3.0);
+  CHECK(a == 1.5f);
+}
+
+TEST_CASE("scale_buffer", "[cpu_ops]") {
+  const double factor = 0.37;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<double> d(-500, 500);
+  const size_t n = 600;
+  std::vector<float> f(n);
+  std::vector<double> g(n);
+  std::vector<uint16_t> h(n), bf(n);
+  for (size_t i = 0; i < n; ++i) {
+    f[i] = static_cast<float>(d(rng));
+    g[i] = d(rng);
+    h[i] = ref_float_to_half(d(rng));
+    bf[i] = ref_float_to_bf16(d(rng));
+  }
+  auto f2 = f;
+  auto g2 = g;
+  auto h2 = h;
+  auto bf2 = bf;
+  scale_buffer(f2.data(), static_cast<int64_t>(n), DataType::kFloat32, factor);
+  scale_buffer(g2.data(), static_cast<int64_t>(n), DataType::kFloat64, factor);
+  scale_buffer(h2.data(), static_cast<int64_t>(n), DataType::kFloat16, factor);
+  scale_buffer(bf2.data(), static_cast<int64_t>(n), DataType::kBFloat16, factor);
+  const double ff = static_cast<float>(factor);  // the documented float factor
+  for (size_t i = 0; i < n; ++i) {
+    REQUIRE(f2[i] == static_cast<float>(static_cast<double>(f[i]) * ff));
+    REQUIRE(g2[i] == g[i] * factor);
+    // Half types: rounding of the float product.
+    REQUIRE(h2[i] == ref_float_to_half(static_cast<float>(ref_half_value(h[i]) * ff)));
+    REQUIRE(bf2[i] == ref_float_to_bf16(static_cast<float>(ref_bf16_value(bf[i]) * ff)));
+  }
+  // Factor 1 and integer dtypes leave the data alone.
+  std::vector<int32_t> ints = {1, -2, 3};
+  scale_buffer(ints.data(), 3, DataType::kInt32, 0.5);
+  CHECK(ints == std::vector<int32_t>{1, -2, 3});
+  auto f3 = f;
+  scale_buffer(f3.data(), static_cast<int64_t>(n), DataType::kFloat32, 1.0);
+  CHECK(f3 == f);
+}
+
+TEST_CASE("divide_integers truncates toward zero", "[cpu_ops]") {
+  std::vector<int32_t> a = {7, -7, 8, -8, 0, 1, -1, 2147483647, -2147483647 - 1};
+  divide_integers(a.data(), static_cast<int64_t>(a.size()), DataType::kInt32, 2);
+  CHECK(a == std::vector<int32_t>{3, -3, 4, -4, 0, 0, 0, 1073741823, -1073741824});
+  std::vector<int8_t> b = {-128, 127, -5, 5, -3};
+  divide_integers(b.data(), 5, DataType::kInt8, 3);
+  CHECK(b == std::vector<int8_t>{-42, 42, -1, 1, -1});
+  std::vector<uint8_t> c = {255, 200, 2};
+  divide_integers(c.data(), 3, DataType::kUInt8, 3);
+  CHECK(c == std::vector<uint8_t>{85, 66, 0});
+  std::vector<int64_t> d = {std::numeric_limits<int64_t>::min(), -9, 9000000000000000001LL};
+  divide_integers(d.data(), 3, DataType::kInt64, 4);
+  CHECK(d == std::vector<int64_t>{-2305843009213693952LL, -2, 2250000000000000000LL});
+  std::vector<int16_t> e = {-32768, 32767, -100};
+  divide_integers(e.data(), 3, DataType::kInt16, 7);
+  CHECK(e == std::vector<int16_t>{-4681, 4681, -14});
+  // Against trunc() on many values.
+  std::mt19937 rng(14);
+  std::vector<int32_t> r(1000);
+  for (auto& x : r) x = static_cast<int32_t>(rng());
+  for (int64_t div : {3, 4, 7, 1000}) {
+    auto q = r;
+    divide_integers(q.data(), static_cast<int64_t>(q.size()), DataType::kInt32, div);
+    for (size_t i = 0; i < r.size(); ++i) {
+      REQUIRE(q[i] == static_cast<int32_t>(std::trunc(static_cast<double>(r[i]) / div)));
+    }
+  }
+}
