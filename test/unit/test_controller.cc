@@ -688,3 +688,35 @@ TEST_CASE("evicting a bit that is pending on some ranks keeps the caches identic
     CHECK_FALSE(res.controllers[static_cast<size_t>(r)]->has_pending());
   }
 }
+
+TEST_CASE("evicting one member of a pending group re-sends the whole group", "[controller]") {
+  const int n = GENERATE(2, 3, 4);
+  // Capacity 3: G = {a, b} and X cached, a least recently used. Rank 0 holds G as pending
+  // hits when Y's insertion evicts a; the group must still come out whole, once.
+  Script s;
+  s.ranks = n;
+  s.cycles = 9;
+  s.options.cache_capacity = 3;
+  auto group = [] {
+    return std::vector<Request>{grouped(req("a", {1}), "G", 2), grouped(req("b", {2}), "G", 2)};
+  };
+  s.input = [&](int rank, int cycle) {
+    CycleInput in;
+    if (cycle == 0 || (cycle == 3 && rank == 0) || (cycle == 5 && rank != 0) || cycle == 8) {
+      in.requests = group();
+    }
+    if (cycle == 1) in.requests.push_back(req("X", {3}));
+    if (cycle == 3) in.requests.push_back(req("Y", {4}));
+    return in;
+  };
+  RunResult res = run_script(s);
+  require_ok(res);
+  require_identical(res);
+  const auto& recs = res.records[0];
+  CHECK(names_in(recs[0]) == std::multiset<std::string>{"a", "b"});
+  CHECK(names_in(recs[3]) == std::multiset<std::string>{"Y"});
+  CHECK(recs[4].result.responses.empty());
+  CHECK(names_in(recs[5]) == std::multiset<std::string>{"a", "b"});
+  CHECK(names_in(recs[8]) == std::multiset<std::string>{"a", "b"});
+  for (int r = 0; r < n; ++r) CHECK_FALSE(res.controllers[static_cast<size_t>(r)]->has_pending());
+}
