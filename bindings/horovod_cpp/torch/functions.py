@@ -44,17 +44,27 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
 
     A fresh optimizer whose state is empty is first initialised, as Horovod does, by a step
     with zero gradients (on a DistributedOptimizer, a step of the wrapped optimizer, without
-    allreduce). torch.optim.LBFGS is refused.
+    allreduce); the parameters are then restored to their values before that step.
+    torch.optim.LBFGS is refused (ValueError).
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     _check_process_set(process_set)
     if len(optimizer.state_dict()["state"]) == 0:
+        # Only the state's creation matters: the parameters are restored afterwards (a
+        # zero-gradient step still moves them under weight decay), unlike Horovod.
+        saved = [(p, p.detach().clone()) for group in optimizer.param_groups
+                 for p in group["params"]]
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.requires_grad and p.grad is None:
                     p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
         _step_without_allreduce(optimizer)
+        with torch.no_grad():
+            for p, value in saved:
+                p.copy_(value)
 
     # The parameters in state_dict() order (its integer ids).
     params = [p for group in optimizer.param_groups for p in group["params"]]
