@@ -1,0 +1,141 @@
+// Copyright horovod_cpp authors. The LibTorch adapter: data-parallel training of LibTorch
+// models with horovod_cpp (link horovod_cpp::torch). Not included by horovod_cpp.h.
+//
+// LibTorch has no C++ DistributedDataParallel; this is its counterpart:
+//
+//   hvd::init();
+//   auto model = std::make_shared<Net>();
+//   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01 * hvd::size()));
+//   hvd::torch::DistributedOptimizer opt(sgd, *model);      // hooks every parameter
+//   hvd::torch::broadcast_parameters(*model, 0);               // identical start everywhere
+//   hvd::torch::broadcast_optimizer_state(sgd, 0);
+//   for (...) {
+//     opt.zero_grad();
+//     loss(model->forward(x_shard), y_shard).backward();     // allreduces start in here
+//     opt.step();                                              // wait, then sgd.step()
+//   }
+//
+// Each parameter's gradient is reduced from a hook on its gradient accumulator, i.e. as soon
+// as backward has produced it, so communication overlaps the rest of backward. Dense
+// gradients are allreduced in place; sparse gradients (torch::nn::Embedding with
+// sparse(true)) are allgathered as indices and values, never densified unless
+// DistributedOptions::sparse_as_dense. Tensors must live on the CPU.
+//
+// Namespace note: the adapter lives in hvd::torch, so inside namespace hvd (or after `using
+// namespace hvd`) spell LibTorch's namespace ::torch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "horovod_cpp/horovod_cpp.h"
+#include "horovod_cpp/training.h"
+
+namespace hvd {
+namespace torch {
+
+/// The horovod_cpp dtype of a LibTorch scalar type. Throws InvalidArgumentError for types
+/// horovod_cpp does not carry (complex, quantized, ...).
+DataType to_hvd_dtype(c10::ScalarType type);
+
+/// A view of a contiguous CPU tensor's storage (no copy). Throws InvalidArgumentError for a
+/// non-contiguous, sparse or non-CPU tensor.
+TensorView view(const at::Tensor& tensor);
+
+/// A LibTorch tensor holding a copy of `tensor` (e.g. the result of an allgather).
+at::Tensor to_torch(const Tensor& tensor);
+
+/// Averages (by default) every gradient across ranks before the wrapped optimizer's step.
+///
+/// The constructor registers a post-hook on the gradient accumulator of every parameter of
+/// the wrapped optimizer; the hook starts that parameter's allreduce (dense) or allgathers
+/// (sparse) on the backward_passes_per_step-th pass. step() waits for all of them and calls
+/// the wrapped optimizer's step(). Parameters that received no gradient are reduced as zeros
+/// (or as an empty sparse gradient for parameters known to be sparse), so every rank steps
+/// the same parameters. Options (op, gradient_predivide_factor, compression,
+/// sparse_as_dense, backward_passes_per_step, timeout, name_prefix) are hvd::DistributedOptions.
+///
+/// The wrapped optimizer must outlive this object, and its parameter groups must not change
+/// after construction. Not copyable or movable (the hooks refer to it).
+class DistributedOptimizer {
+ public:
+  /// Wraps `optimizer`; names come from `module.named_parameters()` and parameters of
+  /// Embedding / EmbeddingBag modules built with sparse(true) are known to have sparse
+  /// gradients. Every parameter of the optimizer must belong to `module`. Collective: checks
+  /// across ranks that names and shapes agree (MismatchError on every rank otherwise).
+  DistributedOptimizer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
+                       DistributedOptions options = {});
+
+  /// Wraps `optimizer` with explicit names for its parameters (every parameter of the
+  /// optimizer must appear in `named_parameters`; names must be unique and identical on every
+  /// rank).
+  DistributedOptimizer(::torch::optim::Optimizer& optimizer,
+                       const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+                       DistributedOptions options = {});
+
+  /// Wraps `optimizer`, naming its parameters "param_group.<g>.<i>" (so the optimizer must be
+  /// built identically on every rank).
+  explicit DistributedOptimizer(::torch::optim::Optimizer& optimizer, DistributedOptions options = {});
+
+  /// Removes the hooks; waits for collectives still in flight.
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  /// Starts the reductions the hooks have not started, waits for all of them and writes the
+  /// reduced gradients into the parameters' .grad(). Idempotent until the next backward.
+  void synchronize();
+
+  /// synchronize() (unless called since the last backward), then the wrapped step().
+  void step();
+
+  /// The wrapped optimizer's zero_grad(); resets the pass counters. Throws if reductions are
+  /// in flight.
+  void zero_grad();
+
+  /// Declares the parameter named `name` as having sparse gradients (used when it receives no
+  /// gradient on a step, so it is reduced as an empty sparse gradient on that rank).
+  void set_sparse(const std::string& name);
+
+  /// Number of parameters whose reduction has been started (by the hooks, during backward)
+  /// and not yet completed by synchronize()/step().
+  size_t in_flight() const;
+
+  /// The wrapped optimizer.
+  ::torch::optim::Optimizer& optimizer() { return optimizer_; }
+  const DistributedOptions& options() const { return opts_; }
+
+  struct Impl;
+
+ private:
+  void init(const std::vector<std::pair<std::string, at::Tensor>>& named);
+
+  ::torch::optim::Optimizer& optimizer_;
+  DistributedOptions opts_;
+  std::shared_ptr<Impl> impl_;
+};
+
+/// Replaces every tensor of `named_tensors` by root_rank's, in place. Collective; names and
+/// shapes must agree across ranks (MismatchError otherwise).
+void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& named_tensors, int root_rank,
+                          std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+/// Replaces the module's parameters and buffers (its state dict: e.g. BatchNorm statistics)
+/// by root_rank's. Collective.
+void broadcast_parameters(const ::torch::nn::Module& module, int root_rank,
+                          std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+/// Replaces the optimizer's per-parameter state (momentum buffers, Adam moments and step
+/// counts, ...) and every parameter group's options (learning rate, momentum, betas, ...)
+/// by root_rank's. Works for any optimizer that implements LibTorch serialization (SGD, Adam,
+/// AdamW, Adagrad, RMSprop, LBFGS). State that exists only on root_rank (e.g. loaded from a
+/// checkpoint there) is created on the other ranks. Collective; the parameter groups must
+/// have the same sizes and shapes on every rank (MismatchError otherwise).
+void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank,
+                               std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+
+}  // namespace torch
+}  // namespace hvd
