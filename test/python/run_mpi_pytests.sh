@@ -19,11 +19,14 @@ logdir="$(mktemp -d /tmp/hvd_pytests.XXXXXX)"
 # Fail fast instead of hanging when a rank dies mid-collective.
 export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-120}"
 
+export_args=(-x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)
+[ -n "${PYTHONPATH:-}" ] && export_args+=(-x PYTHONPATH)
+
 status=0
 for np_ in $NP_LIST; do
   echo "=== pytest under mpirun -np $np_ (logs: $logdir/np$np_.rank*.log) ==="
   timeout --kill-after=30 "$TIMEOUT_S" mpirun --oversubscribe --allow-run-as-root -np "$np_" \
-    -x PYTHONPATH -x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS \
+    "${export_args[@]}" \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; cd "$0" &&
       exec "$1" -m pytest -p no:cacheprovider -q "${@:3}" > "$2.rank$r.log" 2>&1' \
     "$here" "$PYTHON" "$logdir/np$np_" "$@"
