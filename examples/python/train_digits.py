@@ -1,6 +1,6 @@
 """Data-parallel training of a small MLP on the 8x8 digits data set with horovod_cpp.torch.
 
-    mpirun -np 2 python examples/python/torch_digits.py [--epochs 20]
+    mpirun -np 2 python examples/python/train_digits.py [--epochs 20]
 
 The script is written for horovod.torch: only the import differs. Each rank trains on its
 own shard of the training set; DistributedOptimizer averages the gradients, so every rank
