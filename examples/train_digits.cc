@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -47,6 +48,7 @@ struct Options {
   std::string data = std::string(HVD_EXAMPLES_DATA_DIR) + "/digits.csv.gz";
   std::string checkpoint = "digits_checkpoint.pt";
   bool resume = false;
+  bool progress = true;
 };
 
 Options parse(int argc, char** argv) {
@@ -72,10 +74,12 @@ Options parse(int argc, char** argv) {
       o.checkpoint = next();
     } else if (a == "--resume") {
       o.resume = true;
+    } else if (a == "--no-progress") {
+      o.progress = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--epochs N] [--batch N] [--lr X] [--data digits.csv.gz] [--checkpoint PATH] "
-                   "[--resume]\n",
+                   "[--resume] [--no-progress]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -200,10 +204,14 @@ int main(int argc, char** argv) {
   start_epoch = se[0];
 
   hvd::torch::DistributedOptimizer dopt(sgd, *net);
-  const bool tty = rank == 0 && isatty(STDOUT_FILENO);
+  // A progress bar on an interactive terminal only (under mpirun, stdout is a pseudo-terminal
+  // even when mpirun's output goes to a file, so TERM is checked too).
+  const char* term = std::getenv("TERM");
+  const bool tty = rank == 0 && opt.progress && isatty(STDOUT_FILENO) && term && *term &&
+                   std::string(term) != "dumb";
   if (rank == 0) {
     std::printf("train_digits: %d rank(s), %lld training samples (%lld per rank), %lld held out, %d steps/epoch, "
-                "batch %d per rank, lr %.3f\n",
+                "batch %d per rank, peak lr %.3f (cosine decay)\n",
                 size, static_cast<long long>(n_train), static_cast<long long>(xs.size(0)),
                 static_cast<long long>(n_test), steps, opt.batch, opt.base_lr * size);
   }
@@ -211,6 +219,9 @@ int main(int argc, char** argv) {
   int timed_epochs = 0;
   for (int64_t epoch = start_epoch; epoch < opt.epochs; ++epoch) {
     const auto t0 = std::chrono::steady_clock::now();
+    // Cosine decay of the (size()-scaled) learning rate over the epochs.
+    const double lr = opt.base_lr * size * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(epoch) / opt.epochs));
+    for (auto& group : sgd.param_groups()) group.options().set_lr(lr);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(epoch * 1000 + rank));
     at::Tensor perm = at::randperm(xs.size(0), gen, at::kLong);
     double loss_sum = 0, correct = 0, seen = 0;
@@ -227,7 +238,7 @@ int main(int argc, char** argv) {
       loss_sum += loss.item<double>() * static_cast<double>(by.size(0));
       correct += logits.argmax(1).eq(by).sum().item<double>();
       seen += static_cast<double>(by.size(0));
-      if (tty) progress(s + 1, steps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (tty && ((s + 1) % std::max(1, steps / 20) == 0 || s + 1 == steps)) progress(s + 1, steps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     // Global training loss and accuracy: sums over the ranks.
     std::vector<double> stats{loss_sum, correct, seen};
