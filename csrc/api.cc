@@ -7,6 +7,10 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "horovod_cpp_build_config.h"
+#if HOROVOD_CPP_HAVE_CUDA
+#include "backends/nccl/gpu_device.h"
+#endif
 #include "core/handle_state.h"
 #include "core/runtime.h"
 #include "core/timeline.h"
@@ -66,6 +70,17 @@ class Submission {
     }
     entries_.push_back(std::move(e));
     check_view(entries_.back().request, in, "input");
+#if HOROVOD_CPP_HAVE_NCCL
+    if (in.device.is_cuda()) {
+      // GPU data plane: the tensor must be on this rank's GPU (docs/gpu.md). Ranks negotiate
+      // "a CUDA tensor" without the ordinal: each uses its own device.
+      Request& q = entries_.back().request;
+      const MpiContext& m = rt_->mpi();
+      throw_if_error(check_cuda_tensor_device(in.device, rt_->config(), m.rank(), m.local_rank(),
+                                              m.local_size(), describe(q)));
+      q.device = Device{Device::Kind::kCUDA, -1};
+    }
+#endif
     return entries_.back().request;
   }
 
@@ -105,10 +120,10 @@ class Submission {
     if (t.data == nullptr && t.numel() > 0) {
       throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
     }
-    if (t.device.is_cuda()) {
+    if (t.device.is_cuda() && !nccl_built()) {  // NCCL builds: checked in add()
       throw InvalidArgumentError(
           describe(q) + ": " + role + " is on " + t.device.str() +
-          (cuda_built() ? "; CUDA tensors are not supported by this version's data plane"
+          (cuda_built() ? "; CUDA tensors need a build of horovod_cpp with NCCL"
                         : " but this build of horovod_cpp has no CUDA support"));
     }
   }

@@ -41,8 +41,9 @@ struct TensorView {
   int64_t nbytes() const;
 };
 
-/// An owning, contiguous CPU tensor, returned by collectives whose output size the library
-/// decides (allgather). Copies share the storage.
+/// An owning, contiguous tensor, returned by collectives whose output size the library
+/// decides (allgather, alltoall, reducescatter). Copies share the storage. Results of
+/// collectives on CUDA tensors live on the same CUDA device (device() says where).
 class Tensor {
  public:
   Tensor() = default;
@@ -53,8 +54,14 @@ class Tensor {
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return num_elements(shape_); }
   int64_t nbytes() const;
-  void* data() { return storage_ ? storage_->data() : nullptr; }
-  const void* data() const { return storage_ ? storage_->data() : nullptr; }
+  void* data() { return storage_ ? storage_->data() : external_.get(); }
+  const void* data() const { return storage_ ? storage_->data() : external_.get(); }
+  /// Where the storage lives: the CPU, unless made by adopt().
+  Device device() const { return device_; }
+  /// A tensor over memory allocated elsewhere (for instance CUDA device memory): `memory`'s
+  /// deleter frees it when the last copy of the tensor goes. `memory` may be null when the
+  /// tensor has no elements.
+  static Tensor adopt(DataType dtype, Shape shape, Device device, std::shared_ptr<void> memory);
   /// Typed access; T must match dtype() in size.
   template <typename T>
   T* data_as() {
@@ -66,12 +73,15 @@ class Tensor {
   }
   /// A view of this tensor (valid while this Tensor or a copy of it lives).
   TensorView view();
-  bool defined() const { return storage_ != nullptr; }
+  bool defined() const { return storage_ != nullptr || adopted_; }
 
  private:
   DataType dtype_ = DataType::kFloat32;
   Shape shape_;
   std::shared_ptr<std::vector<unsigned char>> storage_;
+  std::shared_ptr<void> external_;  ///< adopt(): memory owned through its deleter
+  Device device_;
+  bool adopted_ = false;
 };
 
 }  // namespace hvd

@@ -83,6 +83,11 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c.stall_shutdown_seconds));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_REDUCE_CHUNK_BYTES", &c.reduce_chunk_bytes));
+  HVD_RETURN_IF_ERROR(
+      read_bool(lookup, "HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_CUDA_DEVICE", &c.cuda_device, 1 << 20));
+  HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_CPP_NCCL_TIMEOUT_SECONDS", 0.0, &c.nccl_timeout_seconds));
   if (auto v = lookup("HOROVOD_TIMELINE"); v) c.timeline_path = *v;
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   if (auto v = lookup("HOROVOD_LOG_LEVEL"); v && !v->empty()) {
@@ -105,7 +110,10 @@ std::string Config::describe() const {
      << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
      << " HOROVOD_TIMELINE=" << timeline_path
      << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
-     << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes;
+     << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes
+     << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << hierarchical_allreduce
+     << " HOROVOD_CPP_CUDA_DEVICE=" << cuda_device
+     << " HOROVOD_CPP_NCCL_TIMEOUT_SECONDS=" << nccl_timeout_seconds;
   return os.str();
 }
 

@@ -42,6 +42,19 @@ struct Config {
   /// of at most this many bytes, which keeps each piece's working set in cache.
   int64_t reduce_chunk_bytes = 4ll * 1024 * 1024;
 
+  // GPU data plane (docs/gpu.md); used only by builds with NCCL.
+  /// HOROVOD_HIERARCHICAL_ALLREDUCE (default 0): 1 reduces CUDA tensors in three steps: NCCL
+  /// reduce-scatter within each host, MPI allreduce across hosts, NCCL allgather within the
+  /// host. Must be the same on every rank (checked when the first GPU collective runs).
+  bool hierarchical_allreduce = false;
+  /// HOROVOD_CPP_CUDA_DEVICE (default -1 = local_rank()): the CUDA device this rank uses; CUDA
+  /// tensors on another device are rejected.
+  int64_t cuda_device = -1;
+  /// HOROVOD_CPP_NCCL_TIMEOUT_SECONDS (default 300, 0 = never): a GPU collective not finished
+  /// after this long aborts its NCCL communicator; its tensors (and later ones on that process
+  /// set) fail with an error instead of hanging.
+  double nccl_timeout_seconds = 300.0;
+
   /// Reads the variables above through `lookup` (getenv when empty). Fails with a message that
   /// names the variable and the bad value.
   static Status from_env(Config* out,

@@ -57,7 +57,9 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : "cuda:" + std::to_string(index);
+  if (is_cpu()) return "cpu";
+  // Negotiation names CUDA tensors without an ordinal (each rank uses its own GPU).
+  return index < 0 ? std::string("cuda") : "cuda:" + std::to_string(index);
 }
 
 int64_t num_elements(const Shape& shape) {
@@ -84,7 +86,17 @@ Tensor::Tensor(DataType dtype, Shape shape)
 
 int64_t Tensor::nbytes() const { return numel() * static_cast<int64_t>(dtype_size(dtype_)); }
 
-TensorView Tensor::view() { return TensorView(data(), dtype_, shape_); }
+TensorView Tensor::view() { return TensorView(data(), dtype_, shape_, device_); }
+
+Tensor Tensor::adopt(DataType dtype, Shape shape, Device device, std::shared_ptr<void> memory) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.external_ = std::move(memory);
+  t.device_ = device;
+  t.adopted_ = true;
+  return t;
+}
 
 void throw_error(ErrorCode code, const std::string& what) {
   switch (code) {

@@ -38,6 +38,15 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntry& 
       s = Status::Backend("internal error: the ranks' views of pending tensors diverged");
     } else if (!r0.ok()) {
       s = Status::Mismatch(r0.error);
+    } else if (r0.device.is_cuda()) {
+      // CUDA tensors: the device runner enqueues the batch on its stream and completes the
+      // handles itself once the GPU is done (core/device_runner.h).
+      if (device_runner_) {
+        device_runner_->run(batch, rs, entries, present, joined);
+        continue;
+      }
+      s = Status::InvalidArgument(std::string(op_type_name(r0.op)) + " '" + r0.name +
+                                  "': CUDA tensors need a build of horovod_cpp with NCCL");
     } else if (batch.fused()) {
       s = allreduce_fused(rs, entries, present, batch.offsets, batch.bytes);
     } else {

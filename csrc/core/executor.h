@@ -8,6 +8,7 @@
 
 #include "backends/data_plane.h"
 #include "coordination/message.h"
+#include "core/device_runner.h"
 #include "core/tensor_entry.h"
 
 namespace hvd {
@@ -24,6 +25,10 @@ class Executor {
            std::vector<int> global_ranks, Timeline* timeline = nullptr)
       : plane_(plane), rank_(rank), size_(size), threshold_(fusion_threshold),
         global_ranks_(std::move(global_ranks)), timeline_(timeline) {}
+
+  /// GPU data plane: batches of CUDA tensors go to `runner` (owned by the process set); without
+  /// one they fail with a clear error.
+  void set_device_runner(DeviceRunner* runner) { device_runner_ = runner; }
 
   /// Looks up a response's local entry (and removes it from the process set's table).
   using TakeEntry = std::function<bool(const std::string& name, TensorEntry* out)>;
@@ -53,6 +58,7 @@ class Executor {
   std::vector<unsigned char> fusion_buffer_;
   std::vector<unsigned char> scratch_;
   Timeline* timeline_;
+  DeviceRunner* device_runner_ = nullptr;  // GPU data plane (NCCL builds)
 };
 
 }  // namespace hvd

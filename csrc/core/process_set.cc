@@ -8,6 +8,10 @@
 #include "backends/mpi/mpi_data_plane.h"
 #include "common/logging.h"
 #include "core/timeline.h"
+#include "horovod_cpp_build_config.h"
+#if HOROVOD_CPP_HAVE_NCCL
+#include "backends/nccl/nccl_runner.h"
+#endif
 
 namespace hvd {
 
@@ -32,6 +36,19 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
   controller_ = std::make_unique<Controller>(control_.get(), copts);
   executor_ = std::make_unique<Executor>(data_.get(), rank_, size(), config_.fusion_threshold_bytes,
                                          global_ranks_, timeline_);
+#if HOROVOD_CPP_HAVE_NCCL
+  // GPU data plane: the runner makes its NCCL communicator on the first CUDA collective.
+  NcclRunnerOptions gpu;
+  gpu.set_id = id_;
+  gpu.rank = rank_;
+  gpu.size = size();
+  gpu.global_ranks = global_ranks_;
+  gpu.data_comm = data_comm_;
+  gpu.mpi = mpi;
+  gpu.config = config_;
+  device_runner_ = make_nccl_runner(gpu);
+  executor_->set_device_runner(device_runner_.get());
+#endif
   if (timeline_) {
     Timeline* tl = timeline_;
     controller_->set_request_observer([tl](const std::string& name, int r) {

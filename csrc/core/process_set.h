@@ -24,6 +24,7 @@
 #include "common/config.h"
 #include "coordination/control_plane.h"
 #include "coordination/controller.h"
+#include "core/device_runner.h"
 #include "core/executor.h"
 #include "core/tensor_entry.h"
 
@@ -73,6 +74,7 @@ class ProcessSetState {
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<DataPlane> data_;
   std::unique_ptr<Controller> controller_;
+  std::unique_ptr<DeviceRunner> device_runner_;  // GPU data plane (NCCL builds); before executor_
   std::unique_ptr<Executor> executor_;
 
   mutable std::mutex mu_;
