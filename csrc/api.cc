@@ -86,8 +86,15 @@ class Submission {
 
   /// Marks the entries as one group (negotiated and run as a unit).
   void group() {
-    std::string key = std::string("group:") + op_type_name(entries_.front().request.op);
-    for (const auto& e : entries_) key += "|" + e.request.name;
+    // A short key that every rank derives alike from the members' names (FNV-1a over them),
+    // so requests stay small however large the group.
+    uint64_t h = 1469598103934665603ull;
+    for (const auto& e : entries_) {
+      for (unsigned char c : e.request.name + '\0') h = (h ^ c) * 1099511628211ull;
+    }
+    const std::string key = std::string(op_type_name(entries_.front().request.op)) + " group '" +
+                            entries_.front().request.name + "' +" +
+                            std::to_string(entries_.size() - 1) + " #" + std::to_string(h);
     for (auto& e : entries_) {
       e.request.group = key;
       e.request.group_size = static_cast<int32_t>(entries_.size());

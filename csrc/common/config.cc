@@ -88,6 +88,10 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_CUDA_DEVICE", &c.cuda_device, 1 << 20));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_NCCL_TIMEOUT_SECONDS", 0.0, &c.nccl_timeout_seconds));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM", &c.shm_enabled));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_MIN_BYTES", &c.shm_min_bytes));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes));
+  if (c.shm_chunk_bytes < 4096) c.shm_chunk_bytes = 4096;
   if (auto v = lookup("HOROVOD_TIMELINE"); v) c.timeline_path = *v;
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
   if (auto v = lookup("HOROVOD_LOG_LEVEL"); v && !v->empty()) {
@@ -108,6 +112,8 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
      << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
+     << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
+     << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
      << " HOROVOD_TIMELINE=" << timeline_path
      << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes

@@ -38,6 +38,13 @@ struct Config {
   std::string timeline_path;
   /// HOROVOD_TIMELINE_MARK_CYCLES (default 0): 1 adds a marker per coordination cycle.
   bool timeline_mark_cycles = false;
+  /// HOROVOD_CPP_SHM (default 1): CPU allreduces among ranks of one host go through shared
+  /// memory; 0 forces MPI.
+  bool shm_enabled = true;
+  /// HOROVOD_CPP_SHM_MIN_BYTES (default 32 KiB): smaller reductions use MPI (lower latency).
+  int64_t shm_min_bytes = 32 * 1024;
+  /// HOROVOD_CPP_SHM_CHUNK_BYTES (default 1 MiB): bytes per pipelined shared-memory step.
+  int64_t shm_chunk_bytes = 1024 * 1024;
   /// HOROVOD_CPP_REDUCE_CHUNK_BYTES (default 4 MiB): large CPU reductions are issued in pieces
   /// of at most this many bytes, which keeps each piece's working set in cache.
   int64_t reduce_chunk_bytes = 4ll * 1024 * 1024;

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/cpu_ops.h"
 #include "common/logging.h"
+#include "backends/shm/shm_allreduce.h"
 #include "core/timeline.h"
 #include "fusion/fusion_planner.h"
 
@@ -47,6 +48,13 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntry& 
       }
       s = Status::InvalidArgument(std::string(op_type_name(r0.op)) + " '" + r0.name +
                                   "': CUDA tensors need a build of horovod_cpp with NCCL");
+    } else if (shm_ && r0.op == OpType::kAllreduce && r0.device.is_cpu() &&
+               (batch.fused() ? batch.bytes : r0.nbytes_for_rank(0)) >= shm_min_bytes_) {
+      s = allreduce_shm(rs, entries, present);
+      if (traced) {
+        const int64_t t1 = now_us();
+        for (const Response* r : rs) timeline_->phase(r->name, "SHM_ALLREDUCE", t0, t1);
+      }
     } else if (batch.fused()) {
       s = allreduce_fused(rs, entries, present, batch.offsets, batch.bytes);
     } else {
@@ -55,7 +63,9 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntry& 
         s = Status(s.code(), std::string(op_type_name(r0.op)) + " '" + r0.name + "': " + s.message());
       }
     }
-    if (traced && r0.ok() && !batch.fused()) {
+    if (traced && r0.ok() && !batch.fused() && !(shm_ && r0.op == OpType::kAllreduce &&
+                                                  r0.device.is_cpu() &&
+                                                  r0.nbytes_for_rank(0) >= shm_min_bytes_)) {
       const std::string op = std::string("MPI_") + op_type_name(r0.op);
       timeline_->phase(r0.name, op.c_str(), t0, now_us());
     }
@@ -101,6 +111,48 @@ Status Executor::reduce_buffer(void* buf, int64_t count, const Response& r) {
     scale_buffer(buf, count, r.dtype, post);
   } else if (r.reduce_op == ReduceOp::kAverage && r.dtype != DataType::kBool) {
     divide_integers(buf, count, r.dtype, size_);
+  }
+  return Status::OK();
+}
+
+// Shared memory reduces the tensors where they are: no fusion buffer, and Average/postscale
+// are applied while the result is written.
+Status Executor::allreduce_shm(const std::vector<const Response*>& rs, std::vector<TensorEntry>& es,
+                               const std::vector<bool>& present) {
+  const Response& r0 = *rs.front();
+  const bool fp = is_floating_point(r0.dtype);
+  int64_t absent_bytes = 0;
+  for (size_t k = 0; k < es.size(); ++k) {
+    if (!present[k]) absent_bytes += rs[k]->nbytes_for_rank(0);
+  }
+  unsigned char* zeros = absent_bytes ? scratch(absent_bytes) : nullptr;
+  if (zeros) std::memset(zeros, 0, static_cast<size_t>(absent_bytes));
+  std::vector<Segment> segs;
+  segs.reserve(es.size());
+  for (size_t k = 0; k < es.size(); ++k) {
+    const int64_t count = num_elements(rs[k]->shape);
+    if (!present[k]) {  // joined: zeros in, result dropped
+      segs.push_back({zeros, count});
+      zeros += count * static_cast<int64_t>(dtype_size(r0.dtype));
+      continue;
+    }
+    TensorEntry& e = es[k];
+    if (e.output.data != e.input.data) {
+      std::memcpy(e.output.data, e.input.data, static_cast<size_t>(e.input.nbytes()));
+    }
+    if (fp) scale_buffer(e.output.data, count, r0.dtype, r0.prescale);
+    segs.push_back({e.output.data, count});
+  }
+  double scale = r0.postscale;
+  int64_t divisor = 1;
+  if (r0.reduce_op == ReduceOp::kAverage) {
+    scale /= static_cast<double>(size_);
+    divisor = size_;
+  }
+  Status s = shm_->allreduce(segs, r0.dtype, r0.reduce_op, scale, divisor);
+  if (!s.ok()) {
+    return Status(s.code(), "allreduce '" + r0.name + "'" + (rs.size() > 1 ? " (fused)" : "") +
+                                ": " + s.message());
   }
   return Status::OK();
 }

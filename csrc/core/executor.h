@@ -14,6 +14,7 @@
 namespace hvd {
 
 class Timeline;
+class ShmAllreduce;
 
 /// Background thread of one process set only. Owns the fusion buffer, whose size is bounded
 /// by the fusion threshold (it never grows with the number of tensors); reducescatter and
@@ -25,6 +26,12 @@ class Executor {
            std::vector<int> global_ranks, Timeline* timeline = nullptr)
       : plane_(plane), rank_(rank), size_(size), threshold_(fusion_threshold),
         global_ranks_(std::move(global_ranks)), timeline_(timeline) {}
+
+  /// Allreduces of at least `min_bytes` go through `shm` (null: never).
+  void set_shm(ShmAllreduce* shm, int64_t min_bytes) {
+    shm_ = shm;
+    shm_min_bytes_ = min_bytes;
+  }
 
   /// GPU data plane: batches of CUDA tensors go to `runner` (owned by the process set); without
   /// one they fail with a clear error.
@@ -45,6 +52,8 @@ class Executor {
                          const std::vector<bool>& present, const std::vector<int64_t>& offsets,
                          int64_t bytes);
   Status reduce_buffer(void* buf, int64_t count, const Response& r);
+  Status allreduce_shm(const std::vector<const Response*>& rs, std::vector<TensorEntry>& es,
+                       const std::vector<bool>& present);
   Status allgather(const Response& r, TensorEntry& e);
   Status alltoall(const Response& r, TensorEntry& e);
   Status reducescatter(const Response& r, TensorEntry& e);
@@ -58,6 +67,8 @@ class Executor {
   std::vector<unsigned char> fusion_buffer_;
   std::vector<unsigned char> scratch_;
   Timeline* timeline_;
+  ShmAllreduce* shm_ = nullptr;
+  int64_t shm_min_bytes_ = 0;
   DeviceRunner* device_runner_ = nullptr;  // GPU data plane (NCCL builds)
 };
 

@@ -6,6 +6,7 @@
 
 #include "backends/mpi/mpi_control_plane.h"
 #include "backends/mpi/mpi_data_plane.h"
+#include "backends/shm/shm_setup.h"
 #include "common/logging.h"
 #include "core/timeline.h"
 #include "horovod_cpp_build_config.h"
@@ -34,8 +35,19 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
   copts.stall_check_disabled = config_.stall_check_disabled;
   copts.stall_shutdown_seconds = config_.stall_shutdown_seconds;
   controller_ = std::make_unique<Controller>(control_.get(), copts);
+  if (config_.shm_enabled) {
+    std::string why_not;
+    shm_ = make_shm_allreduce(data_comm_, id_, config_.shm_chunk_bytes, &why_not);
+    if (!shm_ && size() > 1) {
+      HVD_LOG(kInfo) << "process set " << id_ << ": shared-memory allreduce unavailable ("
+                     << why_not << "); CPU allreduces use MPI";
+    }
+  }
+  HVD_LOG(kDebug) << "process set " << id_ << ": CPU allreduce through "
+                  << (shm_ ? "shared memory (large) and MPI (small)" : "MPI");
   executor_ = std::make_unique<Executor>(data_.get(), rank_, size(), config_.fusion_threshold_bytes,
                                          global_ranks_, timeline_);
+  executor_->set_shm(shm_.get(), config_.shm_min_bytes);
 #if HOROVOD_CPP_HAVE_NCCL
   // GPU data plane: the runner makes its NCCL communicator on the first CUDA collective.
   NcclRunnerOptions gpu;
@@ -116,7 +128,7 @@ void ProcessSetState::loop() {
   while (true) {
     std::vector<Request> incoming;
     bool shutdown;
-    const bool traced = timeline_ && timeline_->enabled();
+    bool traced = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
@@ -126,11 +138,14 @@ void ProcessSetState::loop() {
       }
       incoming.swap(new_requests_);
       shutdown = shutdown_requested_;
+      traced = timeline_ && timeline_->enabled();  // after the wait: it may have just started
       if (traced) {
         const int64_t now = now_us();
         for (const Request& q : incoming) {
           auto it = table_.find(q.name);
-          if (it != table_.end()) timeline_->phase(q.name, "QUEUE", it->second.enqueue_us, now);
+          if (it != table_.end() && it->second.enqueue_us > 0) {
+            timeline_->phase(q.name, "QUEUE", it->second.enqueue_us, now);
+          }
           negotiating[q.name] = now;
         }
       }

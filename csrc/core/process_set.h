@@ -21,6 +21,7 @@
 
 #include "backends/data_plane.h"
 #include "backends/mpi/mpi_context.h"
+#include "backends/shm/shm_allreduce.h"
 #include "common/config.h"
 #include "coordination/control_plane.h"
 #include "coordination/controller.h"
@@ -73,6 +74,7 @@ class ProcessSetState {
   MPI_Comm data_comm_, control_comm_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<DataPlane> data_;
+  std::unique_ptr<ShmAllreduce> shm_;  // null when shared memory is off or unavailable
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<DeviceRunner> device_runner_;  // GPU data plane (NCCL builds); before executor_
   std::unique_ptr<Executor> executor_;

@@ -48,17 +48,20 @@ Status Runtime::start(const InitOptions& options) {
 // Settings that change what the ranks compute together must be equal everywhere: the cache
 // (identical caches), the fusion plan and the chunking (matching MPI calls).
 Status Runtime::check_config_agreement() {
-  long long mine[3] = {config_.cache_capacity, config_.fusion_threshold_bytes,
-                       config_.reduce_chunk_bytes};
-  const char* names[3] = {"HOROVOD_CACHE_CAPACITY", "HOROVOD_FUSION_THRESHOLD",
-                          "HOROVOD_CPP_REDUCE_CHUNK_BYTES"};
-  std::vector<long long> all(3 * static_cast<size_t>(mpi_.size()));
-  HVD_MPI_CHECK(MPI_Allgather(mine, 3, MPI_LONG_LONG, all.data(), 3, MPI_LONG_LONG,
+  constexpr int kN = 6;
+  long long mine[kN] = {config_.cache_capacity,       config_.fusion_threshold_bytes,
+                        config_.reduce_chunk_bytes,   config_.shm_enabled ? 1 : 0,
+                        config_.shm_min_bytes,        config_.shm_chunk_bytes};
+  const char* names[kN] = {"HOROVOD_CACHE_CAPACITY",    "HOROVOD_FUSION_THRESHOLD",
+                           "HOROVOD_CPP_REDUCE_CHUNK_BYTES", "HOROVOD_CPP_SHM",
+                           "HOROVOD_CPP_SHM_MIN_BYTES", "HOROVOD_CPP_SHM_CHUNK_BYTES"};
+  std::vector<long long> all(kN * static_cast<size_t>(mpi_.size()));
+  HVD_MPI_CHECK(MPI_Allgather(mine, kN, MPI_LONG_LONG, all.data(), kN, MPI_LONG_LONG,
                               mpi_.base_comm()));
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kN; ++k) {
     for (int r = 1; r < mpi_.size(); ++r) {
       const long long v0 = all[static_cast<size_t>(k)];
-      const long long vr = all[static_cast<size_t>(3 * r + k)];
+      const long long vr = all[static_cast<size_t>(kN * r + k)];
       if (v0 != vr) {
         std::ostringstream os;
         os << names[k] << " must be the same on every rank: rank 0 has " << v0 << ", rank " << r

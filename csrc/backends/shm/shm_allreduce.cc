@@ -1,0 +1,230 @@
+// Copyright horovod_cpp authors.
+#include "backends/shm/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "backends/cpu/cpu_ops.h"
+
+namespace hvd {
+namespace {
+
+constexpr size_t kHeaderBytes = 4096;
+constexpr auto kDeadline = std::chrono::seconds(300);
+
+std::string shm_name(const std::string& tag, int rank) {
+  return "/hvdcpp." + tag + "." + std::to_string(rank);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The logical vector made of the caller's segments: visits the pieces of [lo, hi).
+class Pieces {
+ public:
+  Pieces(const std::vector<Segment>& segs, int64_t esize) : segs_(segs), esize_(esize) {
+    starts_.reserve(segs.size() + 1);
+    int64_t at = 0;
+    for (const auto& s : segs) {
+      starts_.push_back(at);
+      at += s.count;
+    }
+    starts_.push_back(at);
+  }
+  int64_t total() const { return starts_.back(); }
+
+  // fn(pointer into the caller's memory, element count, logical offset of that pointer)
+  template <typename Fn>
+  void each(int64_t lo, int64_t hi, Fn fn) const {
+    // Segments are visited in order; the search starts from the last hit (chunks advance).
+    while (cursor_ > 0 && starts_[cursor_] > lo) --cursor_;
+    while (cursor_ + 1 < starts_.size() && starts_[cursor_ + 1] <= lo) ++cursor_;
+    for (size_t i = cursor_; i < segs_.size() && starts_[i] < hi; ++i) {
+      const int64_t a = std::max(lo, starts_[i]);
+      const int64_t b = std::min(hi, starts_[i + 1]);
+      if (b <= a) continue;
+      fn(static_cast<unsigned char*>(segs_[i].data) + (a - starts_[i]) * esize_, b - a, a);
+    }
+  }
+
+ private:
+  const std::vector<Segment>& segs_;
+  int64_t esize_;
+  std::vector<int64_t> starts_;
+  mutable size_t cursor_ = 0;
+};
+
+}  // namespace
+
+// One per rank, at the start of its segment; each counter on its own cache line.
+struct ShmAllreduce::Header {
+  alignas(64) std::atomic<uint64_t> counter[3];  // published, reduced, collected (chunks)
+  char pad[64 * 3];
+};
+
+Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t chunk_bytes,
+                            std::unique_ptr<ShmAllreduce>* out) {
+  std::unique_ptr<ShmAllreduce> s(new ShmAllreduce());
+  s->tag_ = tag;
+  s->rank_ = rank;
+  s->size_ = size;
+  s->chunk_bytes_ = chunk_bytes;
+  s->map_bytes_ = kHeaderBytes + 2 * static_cast<size_t>(chunk_bytes);
+  s->maps_.assign(static_cast<size_t>(size), nullptr);
+  const std::string name = shm_name(tag, rank);
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(s->map_bytes_)) != 0) {
+    const int e = errno;
+    close(fd);
+    shm_unlink(name.c_str());
+    return Status::Backend("ftruncate(" + name + "): " + std::strerror(e));
+  }
+  void* p = mmap(nullptr, s->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(name.c_str());
+    return Status::Backend("mmap(" + name + "): " + std::strerror(errno));
+  }
+  // Touch every page now, so a too-small /dev/shm fails here (SIGBUS later would be fatal).
+  std::memset(p, 0, s->map_bytes_);
+  Header* h = new (p) Header();
+  for (auto& c : h->counter) c.store(0, std::memory_order_relaxed);
+  s->maps_[static_cast<size_t>(rank)] = static_cast<unsigned char*>(p);
+  *out = std::move(s);
+  return Status::OK();
+}
+
+Status ShmAllreduce::attach() {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const std::string name = shm_name(tag_, r);
+    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
+    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return Status::Backend("mmap(" + name + "): " + std::strerror(errno));
+    maps_[static_cast<size_t>(r)] = static_cast<unsigned char*>(p);
+  }
+  return Status::OK();
+}
+
+void ShmAllreduce::unlink() {
+  if (!unlinked_) shm_unlink(shm_name(tag_, rank_).c_str());
+  unlinked_ = true;
+}
+
+ShmAllreduce::~ShmAllreduce() {
+  unlink();
+  for (unsigned char* m : maps_) {
+    if (m) munmap(m, map_bytes_);
+  }
+}
+
+ShmAllreduce::Header* ShmAllreduce::header(int rank) const {
+  return reinterpret_cast<Header*>(maps_[static_cast<size_t>(rank)]);
+}
+
+unsigned char* ShmAllreduce::slot(int rank, int which) const {
+  return maps_[static_cast<size_t>(rank)] + kHeaderBytes + static_cast<size_t>(which) * static_cast<size_t>(chunk_bytes_);
+}
+
+// Waits until every peer's counter `which` reaches `target`: a short spin (peers are usually
+// microseconds away), then yields (ranks may outnumber cores), then short sleeps.
+Status ShmAllreduce::wait_all(int which, uint64_t target) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    std::atomic<uint64_t>& c = header(r)->counter[which];
+    unsigned spins = 0;
+    while (c.load(std::memory_order_acquire) < target) {
+      if (++spins < 256) {
+        cpu_relax();
+      } else if (spins < 4096) {
+        sched_yield();
+      } else {
+        timespec ts{0, 20 * 1000};
+        nanosleep(&ts, nullptr);
+        if ((spins & 255u) == 0 && std::chrono::steady_clock::now() - start > kDeadline) {
+          return Status::Backend("shared-memory allreduce: rank " + std::to_string(r) +
+                                 " did not arrive within " +
+                                 std::to_string(static_cast<long long>(kDeadline.count())) + " s");
+        }
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,
+                               double scale, int64_t divisor) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const Pieces pieces(segs, esize);
+  const int64_t total = pieces.total();
+  const int64_t chunk = std::max<int64_t>(size_, chunk_bytes_ / esize);
+  const bool fp = is_floating_point(dtype);
+  const bool divide = !fp && dtype != DataType::kBool && divisor > 1;
+  const int n = size_, me = rank_;
+  enum { kPublished = 0, kReduced = 1, kCollected = 2 };
+
+  for (int64_t base = 0; base < total; base += chunk) {
+    const int64_t len = std::min(chunk, total - base);
+    const uint64_t s = step_++;
+    const int which = static_cast<int>(s % 2);
+    auto share_lo = [&](int j) { return base + len * j / n; };
+
+    // The slot was last used two chunks ago: every peer must have collected from it.
+    if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
+
+    // 1. publish the peers' shares
+    unsigned char* mine = slot(me, which);
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      pieces.each(share_lo(j), share_lo(j + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
+        std::memcpy(mine + (off - base) * esize, p, static_cast<size_t>(cnt * esize));
+      });
+    }
+    header(me)->counter[kPublished].store(s + 1, std::memory_order_release);
+    HVD_RETURN_IF_ERROR(wait_all(kPublished, s + 1));
+
+    // 2. reduce my share in my buffer, finish it, and publish the result in my slot
+    pieces.each(share_lo(me), share_lo(me + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
+      for (int j = 0; j < n; ++j) {
+        if (j != me) reduce_into(p, slot(j, which) + (off - base) * esize, cnt, dtype, op);
+      }
+      if (fp) {
+        scale_buffer(p, cnt, dtype, scale);
+      } else if (divide) {
+        divide_integers(p, cnt, dtype, divisor);
+      }
+      std::memcpy(mine + (off - base) * esize, p, static_cast<size_t>(cnt * esize));
+    });
+    header(me)->counter[kReduced].store(s + 1, std::memory_order_release);
+    HVD_RETURN_IF_ERROR(wait_all(kReduced, s + 1));
+
+    // 3. collect every peer's reduced share
+    for (int j = 0; j < n; ++j) {
+      if (j == me) continue;
+      const unsigned char* src = slot(j, which);
+      pieces.each(share_lo(j), share_lo(j + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
+        std::memcpy(p, src + (off - base) * esize, static_cast<size_t>(cnt * esize));
+      });
+    }
+    header(me)->counter[kCollected].store(s + 1, std::memory_order_release);
+  }
+  return Status::OK();
+}
+
+}  // namespace hvd

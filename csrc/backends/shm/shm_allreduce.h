@@ -1,0 +1,71 @@
+// Copyright horovod_cpp authors. Allreduce through shared memory, for the ranks of one host.
+//
+// Every rank maps every other rank's segment. A reduction runs over the concatenation of the
+// caller's buffers ("segments": fused tensors need no packing), in chunks that stay in cache,
+// each chunk in three steps separated by flag waits:
+//   1. publish: rank r copies, for every other rank j, the j-th share of its chunk into its
+//      own slot (its own share it will read straight from its buffer);
+//   2. reduce: rank r reduces share r of the chunk from its buffer and every peer's slot,
+//      scales it (Average, postscale), writes it to its buffer and to its slot;
+//   3. collect: rank r copies every peer's reduced share from the peer's slot to its buffer.
+// Two slots alternate, so chunk k+1 is published while peers still collect chunk k. Per byte
+// each rank moves (n-1)/n in, reduces 1/n with n reads, and moves (n-1)/n out: on this kind of
+// machine, about half the memory traffic of MPI's shared-memory transport.
+//
+// Background thread only. Waits spin briefly, then yield, then sleep; a peer that does not
+// arrive within the deadline turns into an error, never a hang.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "horovod_cpp/types.h"
+
+namespace hvd {
+
+/// One piece of a logical vector reduced in place.
+struct Segment {
+  void* data;
+  int64_t count;  ///< elements
+};
+
+class ShmAllreduce {
+ public:
+  /// Creates this rank's segment named from `tag` (unique per job and set, the same on every
+  /// rank), `rank` of `size`, with two slots of `chunk_bytes`. The caller then runs a barrier
+  /// and calls attach().
+  static Status create(const std::string& tag, int rank, int size, int64_t chunk_bytes,
+                       std::unique_ptr<ShmAllreduce>* out);
+  ~ShmAllreduce();
+
+  /// Maps every peer's segment (after all created theirs); then unlink() after a barrier.
+  Status attach();
+  /// Removes the names (the mappings stay), so nothing is left behind if the job dies.
+  void unlink();
+
+  /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
+  /// multiplies floating-point results by `scale` and divides integer results by `divisor`
+  /// (when > 1, truncating), as Average and postscale need.
+  Status allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op, double scale,
+                   int64_t divisor);
+
+ private:
+  struct Header;
+  ShmAllreduce() = default;
+  Status wait_all(int which, uint64_t target);
+  unsigned char* slot(int rank, int which) const;
+  Header* header(int rank) const;
+
+  std::string tag_;
+  int rank_ = 0, size_ = 1;
+  int64_t chunk_bytes_ = 0;
+  size_t map_bytes_ = 0;
+  std::vector<unsigned char*> maps_;  // every rank's segment, mine included
+  uint64_t step_ = 0;                 // chunks done (the same count on every rank)
+  bool unlinked_ = false;
+};
+
+}  // namespace hvd
