@@ -199,10 +199,13 @@ struct DistributedOptimizer::Impl {
   void synchronize() {
     std::lock_guard<std::mutex> lk(mu);
     if (synchronized) return;
+    // Frozen parameters (requires_grad false) are left alone, as the torch optimizers do.
     for (auto& s : slots) {
-      if (!s.started) start(s);
+      if (!s.started && s.param.requires_grad()) start(s);
     }
-    for (auto& s : slots) finish(s);
+    for (auto& s : slots) {
+      if (s.started) finish(s);
+    }
     synchronized = true;
   }
 

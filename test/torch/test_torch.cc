@@ -337,3 +337,21 @@ TEST_CASE("torch mismatched parameter names fail clearly on every rank", "[torch
   partial.insert("only", m->parameters()[0]);
   CHECK_THROWS_WITH(hvd::torch::DistributedOptimizer(sgd, partial, dist_opts()), Catch::Contains("has no name"));
 }
+
+TEST_CASE("torch frozen parameters are not reduced or stepped", "[torch][hooks]") {
+  Session s;
+  auto m = make_mlp(3);
+  auto frozen = m->parameters()[0];  // the first layer's weight
+  frozen.requires_grad_(false);
+  const at::Tensor before = frozen.detach().clone();
+  ::torch::optim::SGD sgd(m->parameters(), ::torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.1));
+  hvd::torch::DistributedOptimizer opt(sgd, *m, dist_opts());
+  Batch b = shard_of(make_batch(12, 4));
+  opt.zero_grad();
+  ::torch::mse_loss(m->forward(b.x), b.y).backward();
+  CHECK(opt.in_flight() == m->parameters().size() - 1);
+  opt.step();
+  CHECK_FALSE(frozen.grad().defined());
+  CHECK(::torch::equal(frozen.detach(), before));
+  CHECK(identical_on_all_ranks(flat_params(*m), "torch.frozen.identical"));
+}
