@@ -1,0 +1,89 @@
+// Copyright horovod_cpp authors. Benchmark helpers: options, interleaved timing, statistics,
+// formatting and the JSON report of hvd_bench.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+/// Command-line options of hvd_bench (defaults documented in usage()).
+struct Options {
+  // Size sweep (nccl-tests style).
+  int64_t min_bytes = 8;
+  int64_t max_bytes = 64ll << 20;
+  double factor = 2.0;
+  int iters = 0;   ///< timed iterations per size; 0 = automatic (200 small .. 20 large)
+  int warmup = 0;  ///< warm-up iterations per size; 0 = automatic
+  bool check = true;
+  std::vector<std::string> ops = {"allreduce", "allgather", "broadcast", "alltoall",
+                                  "reducescatter"};
+  // Training-like workloads (shared/bench/README.md).
+  std::vector<std::string> workloads = {"a", "c", "d"};
+  std::vector<int64_t> c_sizes = {4, 4 << 10, 256 << 10, 4 << 20, 64 << 20};
+  int steps = 20;        ///< timed steps per workload (>= 20 for reported medians)
+  int warmup_steps = 3;  ///< untimed steps per workload
+  int d_tensors = 1000;
+  int d_floats = 256;
+  std::string shapes_file;  ///< ResNet-50 shapes; default: next to the executable
+  std::string json_file;
+  bool corrupt = false;  ///< testing only: damage our results so the check must fail
+};
+
+/// Parses argv; on --help or a bad flag prints usage (rank 0) and sets *exit_code >= 0.
+Options parse_args(int argc, char** argv, int rank, int* exit_code);
+
+/// "4 B", "256 KiB", "64 MiB".
+std::string fmt_bytes(int64_t bytes);
+
+/// Statistics of per-step times, each step's time being the slowest rank's.
+struct Stats {
+  double median_s = 0, min_s = 0, p90_s = 0, mean_s = 0;
+  int steps = 0;
+};
+
+/// One variant of a measurement: a step function, run once per iteration.
+struct Variant {
+  std::string name;
+  std::function<void()> step;
+};
+
+/// Runs `warmup` + `iters` iterations; each iteration runs every variant once, in order
+/// (interleaving ours with the baselines), after an MPI_Barrier on `comm`, and times it on
+/// every rank. Returns, on every rank, the statistics of the per-iteration maximum over ranks.
+std::vector<Stats> measure_interleaved(MPI_Comm comm, const std::vector<Variant>& variants,
+                                       int warmup, int iters);
+
+/// Sum of `local` over the ranks of `comm`.
+int64_t sum_over_ranks(MPI_Comm comm, int64_t local);
+
+/// A tiny JSON writer: objects and arrays built by hand, written once by rank 0.
+class Json {
+ public:
+  static Json object();
+  static Json array();
+  static Json number(double v);
+  static Json string(const std::string& v);
+  Json& set(const std::string& key, Json v);  ///< object member (keeps insertion order)
+  Json& set(const std::string& key, double v) { return set(key, number(v)); }
+  Json& set(const std::string& key, const char* v) { return set(key, string(v)); }
+  Json& set(const std::string& key, const std::string& v) { return set(key, string(v)); }
+  Json& push(Json v);  ///< array element
+  std::string dump(int indent = 0) const;
+
+ private:
+  enum class Kind { kObject, kArray, kNumber, kString } kind_ = Kind::kObject;
+  double num_ = 0;
+  std::string str_;
+  std::vector<std::pair<std::string, Json>> members_;
+  std::vector<Json> items_;
+};
+
+/// Statistics as a JSON object, with algbw/busbw when bytes > 0.
+Json stats_json(const Stats& s, double bytes, double bus_factor);
+
+}  // namespace bench
