@@ -45,6 +45,7 @@ int main() {
 
   const int batch = 32, epochs = 20;
   for (int epoch = 0; epoch < epochs; ++epoch) {
+    opt.set_learning_rate(so.lr * std::pow(0.8, epoch));  // decay: the last steps average out the noise
     double loss_sum = 0;
     for (int start = 0; start < n; start += batch) {
       const int end = std::min(n, start + batch);

@@ -29,7 +29,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "horovod_cpp/horovod_cpp.h"
@@ -49,6 +48,7 @@ struct Options {
   std::string checkpoint = "digits_checkpoint.pt";
   bool resume = false;
   bool progress = true;
+  int threads = 1;  // intra-op threads per rank: the model is tiny, more threads only add overhead
 };
 
 Options parse(int argc, char** argv) {
@@ -74,12 +74,14 @@ Options parse(int argc, char** argv) {
       o.checkpoint = next();
     } else if (a == "--resume") {
       o.resume = true;
+    } else if (a == "--threads") {
+      o.threads = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--no-progress") {
       o.progress = false;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--epochs N] [--batch N] [--lr X] [--data digits.csv.gz] [--checkpoint PATH] "
-                   "[--resume] [--no-progress]\n",
+                   "[--resume] [--no-progress] [--threads N]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -156,9 +158,7 @@ int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
   hvd::init();
   const int rank = hvd::rank(), size = hvd::size();
-  // Share the cores of a host between its ranks.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  ::torch::set_num_threads(std::max(1, cores / hvd::local_size()));
+  ::torch::set_num_threads(opt.threads);
 
   at::Tensor x, y;
   if (!load_digits(opt.data, x, y)) {
