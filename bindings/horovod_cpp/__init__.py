@@ -13,10 +13,12 @@ from ._basics import (Adasum, Average, BackendError, HorovodInternalError, Horov
                       rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
                       stop_timeline)
 from ._numpy_ops import (Handle, allgather, allgather_async, allreduce, allreduce_,
-                         allreduce_async, allreduce_async_, alltoall, barrier, broadcast,
-                         broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
+                         allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
+                         broadcast, broadcast_, broadcast_async, broadcast_async_,
+                         grouped_allgather, grouped_allgather_async, grouped_allreduce,
                          grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-                         join, poll, reducescatter, synchronize)
+                         grouped_reducescatter, grouped_reducescatter_async, join, poll,
+                         reducescatter, reducescatter_async, synchronize)
 from ._objects import allgather_object, broadcast_object
 
 __version__ = "0.1.0"

@@ -45,20 +45,6 @@ def _op_value(op):
     return int(op)
 
 
-def _core_op(name):
-    """The native function `name`, or NotImplementedError when the core library lacks it.
-
-    Collectives being added to the C++ core (alltoall, reducescatter, join, process sets,
-    timeline) become available here as soon as bindings/src binds them.
-    """
-    fn = getattr(_C, name, None)
-    if fn is None:
-        raise NotImplementedError(
-            f"horovod_cpp: {name} is not available yet: the C++ core library does not "
-            "implement it in this version")
-    return fn
-
-
 def _name(name):
     """Empty names are replaced by the core with '<op>.noname.<n>' (call order)."""
     return "" if name is None else str(name)
@@ -71,23 +57,43 @@ _homogeneous = None
 def init(comm=None, process_sets=None):
     """Starts horovod_cpp on every rank (collective). A second call is a no-op.
 
-    comm: None for MPI_COMM_WORLD, or an mpi4py communicator (anything with py2f()).
+    comm: None for MPI_COMM_WORLD, an mpi4py communicator (anything with py2f()), or a list
+    of MPI_COMM_WORLD ranks to run on (needs mpi4py; the other ranks must not call init()).
+    process_sets: ProcessSet objects (or rank lists) to create now; they get ids 1, 2, ... in
+    order. "dynamic" is accepted (sets can always be added later with add_process_set()).
     """
     global _homogeneous
     if _C.is_initialized():
         return
-    if process_sets:
-        _core_op("add_process_set")
     fortran = None
     if comm is not None:
         if isinstance(comm, (list, tuple)):
-            raise NotImplementedError("horovod_cpp: init(comm=[ranks]) needs process sets, "
-                                      "which the C++ core does not implement yet")
+            comm = _comm_of_world_ranks(comm)
         if not hasattr(comm, "py2f"):
-            raise ValueError("init(comm=...): expected an mpi4py communicator, got "
-                             f"{type(comm).__name__}")
+            raise ValueError("init(comm=...): expected an mpi4py communicator or a list of "
+                             f"ranks, got {type(comm).__name__}")
         fortran = int(comm.py2f())
-    _C.init(fortran)
+    sets = []
+    if process_sets is not None and not isinstance(process_sets, str):
+        for ps in process_sets:
+            if not isinstance(ps, ProcessSet):
+                ps = ProcessSet(ps)
+            if ps.process_set_id is not None:
+                raise ValueError(f"init(process_sets=...): {ps} is already registered")
+            sets.append(ps)
+    elif isinstance(process_sets, str) and process_sets != "dynamic":
+        raise ValueError(f"init(process_sets={process_sets!r}): expected a list of process "
+                         "sets or 'dynamic'")
+    for ps in sets:
+        ps._resolve_comm()
+    _check_distinct([ps.ranks for ps in sets])
+    _C.init(fortran, [list(ps.ranks) for ps in sets])
+    _registry.clear()
+    global_process_set.ranks = list(range(_C.size()))
+    _registry[0] = global_process_set
+    for i, ps in enumerate(sets, start=1):
+        ps.process_set_id = i
+        _registry[i] = ps
     # is_homogeneous() is answered locally later, so the one collective it needs runs here,
     # while every rank is known to be inside init().
     import numpy as np
@@ -96,9 +102,28 @@ def init(comm=None, process_sets=None):
     _homogeneous = bool((sizes == sizes[0]).all())
 
 
+def _comm_of_world_ranks(ranks):
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ValueError("init(comm=[ranks]) needs mpi4py (or pass an mpi4py communicator)") from e
+    world = MPI.COMM_WORLD
+    group = world.Get_group().Incl(sorted(int(r) for r in ranks))
+    comm = world.Create_group(group)
+    if comm == MPI.COMM_NULL:
+        raise ValueError(f"init(comm={list(ranks)}): this rank ({world.Get_rank()}) is not in "
+                         "the list")
+    return comm
+
+
 def shutdown():
-    """Stops horovod_cpp. Pending operations fail with ShutdownError. Idempotent."""
+    """Stops horovod_cpp. Pending operations fail with ShutdownError. Idempotent. Process
+    sets other than the global one are invalidated (re-create them after the next init())."""
     _C.shutdown()
+    for ps in list(_registry.values()):
+        if ps is not global_process_set:
+            ps.process_set_id = None
+    _registry.clear()
 
 
 is_initialized = _C.is_initialized
@@ -128,9 +153,8 @@ def mpi_enabled():
 
 
 def mpi_threads_supported():
-    """horovod_cpp asks MPI for MPI_THREAD_MULTIPLE and needs it; its availability is not
-    exposed by the C++ API."""
-    return _core_op("mpi_threads_supported")()
+    """True when MPI provides MPI_THREAD_MULTIPLE (ValueError before init())."""
+    return bool(_C.mpi_threads_supported())
 
 
 def gloo_built():
@@ -163,20 +187,23 @@ def rocm_built():
 
 # ---- timeline ----------------------------------------------------------------------------
 def start_timeline(file_path, mark_cycles=False):
-    """Starts recording a timeline into file_path (not in the C++ core yet)."""
-    return _core_op("start_timeline")(str(file_path), bool(mark_cycles))
+    """Starts writing a Chrome-trace timeline to file_path (rank 0 writes the file; call it on
+    every rank). mark_cycles adds a marker per coordination cycle."""
+    _C.start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
-    return _core_op("stop_timeline")()
+    """Stops the timeline, leaving a complete JSON file."""
+    _C.stop_timeline()
 
 
 # ---- process sets ------------------------------------------------------------------------
 class ProcessSet:
-    """A subset of the ranks on which collectives can run.
+    """A subset of the ranks on which collectives can run, as in Horovod.
 
-    Only the global process set (every rank) exists until the C++ core implements process
-    sets; passing any other set to a collective raises NotImplementedError.
+    ProcessSet(ranks) or ProcessSet(mpi4py communicator); it becomes usable once registered
+    by init(process_sets=[...]) or add_process_set(). Until then process_set_id is None and
+    size(), rank() and included() return None.
     """
 
     def __init__(self, ranks_or_comm):
@@ -188,23 +215,36 @@ class ProcessSet:
             self.mpi_comm = None
             self.ranks = sorted(int(r) for r in ranks_or_comm)
 
-    def _is_global(self):
-        return self.process_set_id == 0
+    def _resolve_comm(self):
+        """The global ranks of a set given as an mpi4py communicator (needs mpi4py)."""
+        if self.ranks is not None:
+            return
+        from mpi4py import MPI
+        comm = self.mpi_comm
+        self.ranks = sorted(MPI.Group.Translate_ranks(comm.Get_group(),
+                                                      list(range(comm.Get_size())),
+                                                      MPI.COMM_WORLD.Get_group()))
+
+    def _invalidate(self):
+        self.process_set_id = None
 
     def size(self):
-        if self._is_global():
-            return size()
-        return len(self.ranks) if self.ranks is not None else None
+        """The number of ranks in the set (None while unregistered)."""
+        if self.process_set_id is None:
+            return None
+        return _C.process_set_size(self.process_set_id)
 
     def rank(self):
-        if self._is_global():
-            return rank()
-        if self.ranks is None or rank() not in self.ranks:
-            return -1
-        return self.ranks.index(rank())
+        """This rank's index within the set, -1 if not a member (None while unregistered)."""
+        if self.process_set_id is None:
+            return None
+        return _C.process_set_rank(self.process_set_id)
 
     def included(self):
-        return self._is_global() or (self.ranks is not None and rank() in self.ranks)
+        """True when this rank belongs to the set (None while unregistered)."""
+        if self.process_set_id is None:
+            return None
+        return _C.process_set_rank(self.process_set_id) >= 0
 
     def __str__(self):
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
@@ -215,20 +255,65 @@ class ProcessSet:
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
+# id -> registered ProcessSet (this rank's view; every rank registers the same sets).
+_registry = {}
 
-def _check_process_set(process_set):
-    if process_set is None or process_set is global_process_set or process_set.process_set_id == 0:
-        return
-    raise NotImplementedError("horovod_cpp: collectives on a process set other than "
-                              "global_process_set need process sets, which the C++ core does "
-                              "not implement yet")
+
+def _check_distinct(rank_lists, existing=()):
+    seen = [tuple(r) for r in existing]
+    for ranks in rank_lists:
+        if tuple(ranks) in seen:
+            raise ValueError(f"a process set with ranks {list(ranks)} already exists")
+        seen.append(tuple(ranks))
+
+
+def _set_id(process_set):
+    """The core's id of `process_set` (a registered ProcessSet; None: the global set)."""
+    if process_set is None:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("process_set must be a horovod_cpp ProcessSet, got "
+                        f"{type(process_set).__name__}")
+    if process_set.process_set_id is None:
+        raise ValueError(f"{process_set} is not registered: pass it to init(process_sets=...) "
+                         "or add_process_set() first")
+    return process_set.process_set_id
+
+
+def _set_size(process_set):
+    return size() if process_set is None else process_set.size()
+
+
+def _set_rank(process_set):
+    return rank() if process_set is None else process_set.rank()
 
 
 def add_process_set(process_set):
-    """Registers a new process set (collective). Not in the C++ core yet."""
-    return _core_op("add_process_set")(process_set)
+    """Registers a new process set (collective: every rank calls it with the same ranks, in
+    the same order relative to other add/remove calls) and returns it. process_set: a
+    ProcessSet or a sequence of global ranks. ValueError for a set already registered or with
+    the same ranks as an existing one, or bad ranks."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError(f"{process_set} is already registered")
+    process_set._resolve_comm()
+    if not _C.is_initialized():
+        raise NotInitializedError("horovod_cpp: add_process_set() called before init()")
+    _check_distinct([process_set.ranks],
+                    [ps.ranks for i, ps in _registry.items() if i != 0])
+    process_set.process_set_id = _C.add_process_set(list(process_set.ranks))
+    _registry[process_set.process_set_id] = process_set
+    return process_set
 
 
 def remove_process_set(process_set):
-    """Removes a process set (collective). Not in the C++ core yet."""
-    return _core_op("remove_process_set")(process_set)
+    """Removes a process set (collective). Returns True when removed, False for the global
+    set or a set that is not registered. Operations still pending in it fail."""
+    if (not isinstance(process_set, ProcessSet) or process_set.process_set_id is None
+            or process_set.process_set_id == 0):
+        return False
+    _C.remove_process_set(process_set.process_set_id)
+    _registry.pop(process_set.process_set_id, None)
+    process_set._invalidate()
+    return True

@@ -9,7 +9,7 @@ and returns the result.
 import numpy as np
 
 from . import _C
-from ._basics import Average, _check_process_set, _core_op, _name, _op_value, global_process_set
+from ._basics import (Average, Sum, _name, _op_value, _set_id, global_process_set)
 
 Handle = _C.Handle
 
@@ -43,19 +43,19 @@ def synchronize(handle, timeout=None):
 def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Reduces `tensor` across ranks into a new array. Returns a Handle."""
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     x = _as_input(tensor)
     out = np.empty_like(x)
     return _C.allreduce_async(x, out, _name(name), _op_value(op), float(prescale_factor),
-                              float(postscale_factor))
+                              float(postscale_factor), sid)
 
 
 def allreduce_async_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Reduces `tensor` across ranks in place. Returns a Handle."""
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     return _C.allreduce_async(_writable(tensor), None, _name(name), _op_value(op),
-                              float(prescale_factor), float(postscale_factor))
+                              float(prescale_factor), float(postscale_factor), sid)
 
 
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -80,10 +80,10 @@ def grouped_allreduce_async_(tensors, op=Average, name=None, prescale_factor=1.0
                              postscale_factor=1.0, process_set=global_process_set):
     """Reduces a list of arrays in place as one unit. Returns one Handle whose result is the
     list."""
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     tensors = [_writable(t) for t in tensors]
     return _C.grouped_allreduce_async(tensors, _group_names(name, len(tensors)), _op_value(op),
-                                      float(prescale_factor), float(postscale_factor))
+                                      float(prescale_factor), float(postscale_factor), sid)
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
@@ -110,8 +110,8 @@ def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0, post
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Concatenates every rank's array along axis 0 (the first dimension may differ). The
     result is a new array allocated by the library."""
-    _check_process_set(process_set)
-    return _C.allgather_async(_as_input(tensor), _name(name))
+    sid = _set_id(process_set)
+    return _C.allgather_async(_as_input(tensor), _name(name), sid)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -121,8 +121,8 @@ def allgather(tensor, name=None, process_set=global_process_set):
 # ---- broadcast ---------------------------------------------------------------------------
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Replaces `tensor` in place by its value on root_rank. Returns a Handle."""
-    _check_process_set(process_set)
-    return _C.broadcast_async(_writable(tensor), int(root_rank), _name(name))
+    sid = _set_id(process_set)
+    return _C.broadcast_async(_writable(tensor), int(root_rank), _name(name), sid)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -138,25 +138,100 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-# ---- not yet in the core -----------------------------------------------------------------
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Allgathers a list of arrays as one unit. Returns one Handle whose result is the list of
+    new arrays."""
+    sid = _set_id(process_set)
+    tensors = [_as_input(t) for t in tensors]
+    return _C.grouped_allgather_async(tensors, _group_names(name, len(tensors)), sid)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+# ---- alltoall ----------------------------------------------------------------------------
+def _splits_list(splits):
+    if splits is None:
+        return []
+    if hasattr(splits, "tolist"):
+        splits = splits.tolist()
+    return [int(s) for s in splits]
+
+
+def _splits_dtype(splits):
+    return splits.dtype if isinstance(splits, np.ndarray) else np.int32
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[r] rows (axis 0) of `tensor` to rank r of the set, in order; None splits
+    axis 0 evenly. Returns a Handle whose result is (output, received_splits): the rows every
+    rank sent this one, concatenated in rank order, and the number of rows from each."""
+    sid = _set_id(process_set)
+    return _C.alltoall_async(_as_input(tensor), _splits_list(splits), _name(name), sid)
+
+
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Scatters slices of `tensor` to every rank and gathers theirs (not in the core yet)."""
-    _check_process_set(process_set)
-    return _core_op("alltoall")(_as_input(tensor), splits, _name(name))
+    """Returns the concatenation of what every rank sent this one; with `splits` given, returns
+    (output, received_splits) as horovod.torch does."""
+    output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    if splits is None:
+        return output
+    return output, received.astype(_splits_dtype(splits))
 
 
-def reducescatter(tensor, op=Average, name=None, process_set=global_process_set):
-    """Reduces `tensor` and scatters slices of the result along axis 0 (not in the core yet)."""
-    _check_process_set(process_set)
-    return _core_op("reducescatter")(_as_input(tensor), _op_value(op), _name(name))
+# ---- reducescatter -----------------------------------------------------------------------
+def _reducescatter_op(op):
+    opv = _op_value(op)
+    if opv not in (Sum, Average):
+        raise ValueError("reducescatter supports op=Average and op=Sum only")
+    return opv
 
 
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` (Sum or Average) across the set and gives each rank its slice of axis 0
+    (the first dim0 % size ranks get one row more). Returns a Handle (result: a new array)."""
+    sid = _set_id(process_set)
+    return _C.reducescatter_async(_as_input(tensor), _name(name), _reducescatter_op(op),
+                                  float(prescale_factor), float(postscale_factor), sid)
+
+
+def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                           postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce-scatters a list of arrays as one unit; one Handle whose result is a list."""
+    sid = _set_id(process_set)
+    tensors = [_as_input(t) for t in tensors]
+    return _C.grouped_reducescatter_async(tensors, _group_names(name, len(tensors)),
+                                          _reducescatter_op(op), float(prescale_factor),
+                                          float(postscale_factor), sid)
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                   prescale_factor, postscale_factor))
+
+
+# ---- join, barrier -----------------------------------------------------------------------
 def join(device=-1):
-    """Marks this rank as out of data; returns the last rank to join (not in the core yet)."""
-    return _core_op("join")(device)
+    """This rank has no more data: until every rank has joined it contributes zeros to the
+    other ranks' allreduces (Average still divides by the full size); any other collective
+    issued meanwhile fails on every rank. Returns the last rank to join (the same everywhere).
+    Global set only. device: only -1 (CPU) is supported."""
+    if device is not None and int(device) != -1:
+        raise NotImplementedError("horovod_cpp: join(device=...) with a GPU device is not "
+                                  "supported (CPU only)")
+    return _C.join()
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank has called barrier() (the GIL is released while waiting)."""
-    _check_process_set(process_set)
-    _C.barrier()
+    """Returns once every rank of the set has called barrier() (the GIL is released while
+    waiting)."""
+    _C.barrier(_set_id(process_set))

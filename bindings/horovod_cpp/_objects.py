@@ -5,7 +5,7 @@ import pickle
 import numpy as np
 
 from . import _C
-from ._basics import _check_process_set, global_process_set, rank
+from ._basics import _set_id, global_process_set, rank
 
 
 def _sub(name, suffix):
@@ -13,9 +13,9 @@ def _sub(name, suffix):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's `obj` on every rank (pickled; every rank, root included, gets an
+    """Returns root_rank's (a global rank) `obj` on every rank of the set (pickled; every rank, root included, gets an
     unpickled copy). Unnamed calls are matched by call order."""
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     root_rank = int(root_rank)
     if rank() == root_rank:
         payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
@@ -23,19 +23,19 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     else:
         payload = None
         length = np.zeros(1, dtype=np.int64)
-    _C.broadcast_async(length, root_rank, _sub(name, "size")).wait()
+    _C.broadcast_async(length, root_rank, _sub(name, "size"), sid).wait()
     if payload is None:
         payload = np.empty(int(length[0]), dtype=np.uint8)
-    _C.broadcast_async(payload, root_rank, _sub(name, "data")).wait()
+    _C.broadcast_async(payload, root_rank, _sub(name, "data"), sid).wait()
     return pickle.loads(payload.tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj`, in rank order (pickled)."""
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
-    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), _sub(name, "sizes")).result()
-    data = _C.allgather_async(payload, _sub(name, "data")).result()
+    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), _sub(name, "sizes"), sid).result()
+    data = _C.allgather_async(payload, _sub(name, "data"), sid).result()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(data[offset:offset + n].tobytes()))

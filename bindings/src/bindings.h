@@ -24,6 +24,7 @@ void register_tensors(py::module_& m);
 void register_init_topology(py::module_& m);
 void register_handles(py::module_& m);
 void register_collectives(py::module_& m);
+void register_process_sets(py::module_& m);
 
 // ---- tensors.cc --------------------------------------------------------------------------
 /// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous CPU torch tensor
@@ -40,13 +41,24 @@ py::array to_numpy(const hvd::Tensor& t);
 /// ReduceOp from its integer value (kSum=0 ... kProduct=4); ValueError otherwise.
 hvd::ReduceOp reduce_op_from_int(int op);
 
+/// hvd::ProcessSet from its id (0: the global set). Unknown ids are reported by the core.
+inline hvd::ProcessSet process_set_of(int id) { return hvd::ProcessSet{id}; }
+
 // ---- handles.cc --------------------------------------------------------------------------
+/// What PyHandle::result() returns.
+enum class ResultKind {
+  kGiven,        ///< the object the caller passed as output (in place: the input)
+  kLibrary,      ///< the tensor the library allocated, as a numpy array (allgather, ...)
+  kLibraryList,  ///< every tensor the library allocated, a list of numpy arrays (grouped)
+  kAlltoall,     ///< (output array, received splits as an int64 array)
+};
+
 /// The Python face of hvd::Handle. Keeps the Python objects whose memory the operation reads
 /// or writes alive until it completes.
 class PyHandle {
  public:
   PyHandle(hvd::Handle handle, std::vector<py::object> keep_alive, py::object output,
-           bool library_output);
+           ResultKind kind);
   PyHandle(const PyHandle&) = delete;
   PyHandle& operator=(const PyHandle&) = delete;
   PyHandle(PyHandle&&) = default;
@@ -55,9 +67,12 @@ class PyHandle {
   bool poll() const;
   /// Waits (GIL released); timeout in seconds or None. Rethrows the operation's error.
   void wait(py::object timeout);
-  /// Waits, then returns the output: the array the library allocated (allgather), or the
-  /// object the caller passed as output (in place: the input).
+  /// Waits, then returns the output: the array the library allocated (allgather, alltoall,
+  /// reducescatter), a list of them (grouped allgather/reducescatter), (array, received
+  /// splits) for alltoall, or the object the caller passed as output (in place: the input).
   py::object result();
+  /// Alltoall: rows received from each rank (waits first).
+  std::vector<int64_t> received_splits();
   std::string name() const { return handle_.name(); }
   int error_code() const { return static_cast<int>(handle_.error_code()); }
   std::string error_message() const { return handle_.error_message(); }
@@ -66,7 +81,7 @@ class PyHandle {
   hvd::Handle handle_;
   std::vector<py::object> keep_alive_;
   py::object output_;
-  bool library_output_;
+  ResultKind kind_;
 };
 
 }  // namespace hvdpy

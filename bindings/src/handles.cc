@@ -1,5 +1,6 @@
 // Copyright horovod_cpp authors. hvd::Handle for Python.
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 
 #include "bindings.h"
@@ -7,11 +8,11 @@
 namespace hvdpy {
 
 PyHandle::PyHandle(hvd::Handle handle, std::vector<py::object> keep_alive, py::object output,
-                   bool library_output)
+                   ResultKind kind)
     : handle_(std::move(handle)),
       keep_alive_(std::move(keep_alive)),
       output_(std::move(output)),
-      library_output_(library_output) {}
+      kind_(kind) {}
 
 PyHandle::~PyHandle() {
   // Dropped while the operation may still touch the buffers: leak the references rather
@@ -41,8 +42,29 @@ void PyHandle::wait(py::object timeout) {
 
 py::object PyHandle::result() {
   wait(py::none());
-  if (library_output_) return to_numpy(handle_.result());
+  switch (kind_) {
+    case ResultKind::kGiven:
+      return output_;
+    case ResultKind::kLibrary:
+      return to_numpy(handle_.result());
+    case ResultKind::kLibraryList: {
+      py::list out;
+      for (const hvd::Tensor& t : handle_.results()) out.append(to_numpy(t));
+      return std::move(out);
+    }
+    case ResultKind::kAlltoall: {
+      std::vector<int64_t> splits = handle_.received_splits();
+      py::array_t<int64_t> s(static_cast<py::ssize_t>(splits.size()));
+      std::copy(splits.begin(), splits.end(), s.mutable_data());
+      return py::make_tuple(to_numpy(handle_.result()), s);
+    }
+  }
   return output_;
+}
+
+std::vector<int64_t> PyHandle::received_splits() {
+  wait(py::none());
+  return handle_.received_splits();
 }
 
 void register_handles(py::module_& m) {
@@ -52,7 +74,10 @@ void register_handles(py::module_& m) {
            "Blocks until done (GIL released); raises the operation's error. With a timeout in "
            "seconds, raises HorovodTimeoutError on expiry (the operation goes on).")
       .def("result", &PyHandle::result,
-           "Waits, then returns the output (allgather: a new numpy array).")
+           "Waits, then returns the output (allgather, reducescatter: a new numpy array; "
+           "grouped: a list; alltoall: (array, received_splits)).")
+      .def("received_splits", &PyHandle::received_splits,
+           "Alltoall: the number of rows received from each rank (waits first).")
       .def_property_readonly("name", &PyHandle::name)
       .def_property_readonly("error_code", &PyHandle::error_code)
       .def_property_readonly("error_message", &PyHandle::error_message);

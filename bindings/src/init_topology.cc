@@ -6,8 +6,9 @@ namespace hvdpy {
 void register_init_topology(py::module_& m) {
   m.def(
       "init",
-      [](py::object comm_fortran) {
+      [](py::object comm_fortran, std::vector<std::vector<int>> process_sets) {
         hvd::InitOptions options;
+        options.process_sets = std::move(process_sets);
         if (!comm_fortran.is_none()) {
           options.mpi_comm_fortran = comm_fortran.cast<long long>();
           options.use_comm = true;
@@ -16,8 +17,10 @@ void register_init_topology(py::module_& m) {
         hvd::init(options);
       },
       py::arg("comm_fortran") = py::none(),
+      py::arg("process_sets") = std::vector<std::vector<int>>(),
       "Starts horovod_cpp (collective). comm_fortran: MPI_Comm_c2f handle of the communicator "
-      "to run on (mpi4py: comm.py2f()), None for MPI_COMM_WORLD.");
+      "to run on (mpi4py: comm.py2f()), None for MPI_COMM_WORLD. process_sets: sorted global "
+      "ranks of the sets to create, which get ids 1, 2, ...");
   m.def("shutdown", []() {
     py::gil_scoped_release nogil;
     hvd::shutdown();

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_C, m) {
   hvdpy::register_init_topology(m);
   hvdpy::register_handles(m);
   hvdpy::register_collectives(m);
+  hvdpy::register_process_sets(m);
 }

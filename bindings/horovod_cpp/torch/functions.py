@@ -4,7 +4,7 @@
 import torch
 
 from .. import _objects
-from .._basics import _check_process_set, global_process_set, rank
+from .._basics import _set_id, global_process_set, rank
 from .mpi_ops import broadcast_async_, synchronize
 
 
@@ -49,7 +49,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    _check_process_set(process_set)
+    _set_id(process_set)  # a registered set (membership is checked by the first broadcast)
     if len(optimizer.state_dict()["state"]) == 0:
         # Only the state's creation matters: the parameters are restored afterwards (a
         # zero-gradient step still moves them under weight decay), unlike Horovod.
@@ -87,7 +87,8 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
             state[pid] = entry
         description = {"groups": groups, "state": state}
     description = _objects.broadcast_object(description, root_rank,
-                                            name="broadcast_optimizer_state.description")
+                                            name="broadcast_optimizer_state.description",
+                                            process_set=process_set)
 
     if len(description["groups"]) != len(optimizer.param_groups):
         raise ValueError(f"broadcast_optimizer_state: root rank has "

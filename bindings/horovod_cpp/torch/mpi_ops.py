@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from .. import _C
-from .._basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
-                       _check_process_set, _core_op, _name, _op_value, global_process_set, rank,
+from .._basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum, _name,
+                       _op_value, _set_id, _set_rank, _set_size, global_process_set, rank,
                        size)
 from .compression import Compression
 
@@ -85,16 +85,16 @@ def synchronize(handle):
 # ---- allreduce ---------------------------------------------------------------------------
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
     _check_tensor(tensor)
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     opv = _op_value(op)
     if output is None:  # in place
         buf, done = _in_place_target(tensor)
         native = _C.allreduce_async(buf, None, _name(name), opv, float(prescale_factor),
-                                    float(postscale_factor))
+                                    float(postscale_factor), sid)
         return _register(native, lambda h: done())
     inp = _contiguous_input(tensor)
     native = _C.allreduce_async(inp, output, _name(name), opv, float(prescale_factor),
-                                float(postscale_factor))
+                                float(postscale_factor), sid)
     return _register(native, lambda h: output)
 
 
@@ -159,7 +159,7 @@ def _group_names(name, n):
 
 def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, postscale_factor,
                              process_set):
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     tensors = list(tensors)
     for t in tensors:
         _check_tensor(t, "every tensor of the group")
@@ -172,7 +172,7 @@ def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, posts
         bufs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
         finish = lambda h: bufs  # noqa: E731
     native = _C.grouped_allreduce_async(bufs, _group_names(name, len(bufs)), opv,
-                                        float(prescale_factor), float(postscale_factor))
+                                        float(prescale_factor), float(postscale_factor), sid)
     return _register(native, finish)
 
 
@@ -245,9 +245,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along dimension 0 (the first dimension may
     differ across ranks); returns a handle."""
     _check_tensor(tensor)
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     dtype = tensor.dtype
-    native = _C.allgather_async(_contiguous_input(tensor), _name(name))
+    native = _C.allgather_async(_contiguous_input(tensor), _name(name), sid)
     return _register(native, lambda h: _from_library(h.result(), dtype))
 
 
@@ -263,8 +263,9 @@ class _HorovodAllgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ctx.process_set)
-        offset = int(dims[:rank()].sum().item())
+        dims = synchronize(allgather_async(torch.tensor([ctx.dim], dtype=torch.int64),
+                                           process_set=ctx.process_set))
+        offset = int(dims[:_set_rank(ctx.process_set)].sum().item())
         return grad.narrow(0, offset, ctx.dim), None, None
 
 
@@ -279,18 +280,18 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts broadcasting root_rank's `tensor` into a new tensor; returns a handle."""
     _check_tensor(tensor)
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     out = tensor.detach().clone(memory_format=torch.contiguous_format)
-    native = _C.broadcast_async(out, int(root_rank), _name(name))
+    native = _C.broadcast_async(out, int(root_rank), _name(name), sid)
     return _register(native, lambda h: out)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts replacing `tensor` in place by root_rank's value; returns a handle."""
     _check_tensor(tensor)
-    _check_process_set(process_set)
+    sid = _set_id(process_set)
     buf, done = _in_place_target(tensor)
-    native = _C.broadcast_async(buf, int(root_rank), _name(name))
+    native = _C.broadcast_async(buf, int(root_rank), _name(name), sid)
     return _register(native, lambda h: done())
 
 
@@ -343,46 +344,234 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         values = synchronize(values_h)
         indices = synchronize(indices_h)
         if op == Average:
-            values = values / size()
+            values = values / _set_size(process_set)
         return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
 
     return wait
 
 
-# ---- not yet in the core -----------------------------------------------------------------
+# ---- grouped allgather -------------------------------------------------------------------
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts allgathering a list of tensors as one unit; one handle whose synchronize()
+    gives the list of outputs."""
+    sid = _set_id(process_set)
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    dtypes = [t.dtype for t in tensors]
+    native = _C.grouped_allgather_async([_contiguous_input(t) for t in tensors],
+                                        _group_names(name, len(tensors)), sid)
+    return _register(native, lambda h: [_from_library(a, d) for a, d in zip(h.result(), dtypes)])
+
+
+def _narrow_own_rows(grads, dims, process_set):
+    """Each averaged gradient cut to this rank's rows, as in allgather's backward."""
+    table = synchronize(allgather_async(torch.tensor([dims], dtype=torch.int64),
+                                        process_set=process_set))
+    r = _set_rank(process_set)
+    offsets = table[:r].sum(0).tolist() if r > 0 else [0] * len(dims)
+    return [g.narrow(0, int(o), d) for g, o, d in zip(grads, offsets, dims)]
+
+
+class _HorovodGroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] if t.dim() > 0 else 0 for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = synchronize(grouped_allreduce_async([g.contiguous() for g in grad_outputs],
+                                                    op=Average, process_set=ctx.process_set))
+        return (None, None) + tuple(_narrow_own_rows(grads, ctx.dims, ctx.process_set))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Returns the allgather of every tensor of the list, negotiated as one unit
+    (differentiable)."""
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    return list(_HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+# ---- alltoall ----------------------------------------------------------------------------
+def _splits_list(splits):
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        splits = splits.tolist()
+    return [int(s) for s in splits]
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts sending splits[r] rows (dimension 0) of `tensor` to rank r of the set, in order
+    (None: an even split). synchronize() returns (output, received_splits): what every rank
+    sent this one, concatenated in rank order, and the rows from each (int32, or the dtype of
+    `splits` when it is a tensor)."""
     _check_tensor(tensor)
-    _check_process_set(process_set)
-    _core_op("alltoall_async")
-    raise AssertionError("unreachable")
+    sid = _set_id(process_set)
+    dtype = tensor.dtype
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    native = _C.alltoall_async(_contiguous_input(tensor), _splits_list(splits), _name(name), sid)
+
+    def finish(h):
+        output, received = h.result()
+        return _from_library(output, dtype), torch.from_numpy(received).to(splits_dtype)
+
+    return _register(native, finish)
+
+
+class _HorovodAlltoall(torch.autograd.Function):
+    """Alltoall whose gradient is the alltoall of the incoming gradient with the received
+    splits (rows that were not sent get a zero gradient)."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
+        ctx.recvsplits = received
+        ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 0
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *dead_gradients):
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.recvsplits,
+                                             process_set=ctx.process_set))
+        if grad.shape[0] < ctx.dim0:
+            pad = grad.new_zeros((ctx.dim0 - grad.shape[0],) + tuple(grad.shape[1:]))
+            grad = torch.cat([grad, pad])
+        return grad, None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Scatters slices of `tensor` to every rank and gathers theirs (not in the core yet)."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
-
-
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=global_process_set):
+    """Scatters slices of dimension 0 of `tensor` to the ranks of the set and gathers theirs
+    (differentiable). Returns the output, or (output, received_splits) when `splits` is
+    given, as horovod.torch does."""
     _check_tensor(tensor)
-    _check_process_set(process_set)
-    _core_op("reducescatter_async")
-    raise AssertionError("unreachable")
+    return _HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
+# ---- reducescatter -----------------------------------------------------------------------
+def _reducescatter_op(op):
+    opv = _op_value(op)
+    if opv not in (Sum, Average):
+        raise ValueError("reducescatter supports op=Average and op=Sum only")
+    return opv
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducing `tensor` (Sum or Average) across the set; each rank receives its slice
+    of dimension 0 (the first dim0 % size ranks get one row more). Returns a handle."""
+    _check_tensor(tensor)
+    sid = _set_id(process_set)
+    dtype = tensor.dtype
+    native = _C.reducescatter_async(_contiguous_input(tensor), _name(name), _reducescatter_op(op),
+                                    float(prescale_factor), float(postscale_factor), sid)
+    return _register(native, lambda h: _from_library(h.result(), dtype))
+
+
+def _reducescatter_grad_scale(ctx):
+    scale = float(ctx.prescale_factor) * float(ctx.postscale_factor)
+    if ctx.op == Average:
+        scale /= _set_size(ctx.process_set)
+    return scale
+
+
+class _HorovodReducescatter(torch.autograd.Function):
+    """Reducescatter whose gradient is the allgather of the incoming gradient (scaled by
+    1/size for Average and by the scale factors)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(allgather_async(grad_output.contiguous(),
+                                           process_set=ctx.process_set))
+        scale = _reducescatter_grad_scale(ctx)
+        if scale != 1.0:
+            grad = grad * scale
+        return grad, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` and scatters slices along dimension 0 (not in the core yet)."""
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
-                                           process_set))
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Returns this rank's slice (dimension 0) of the reduction of `tensor` across the set
+    (differentiable). op: Average (default) or Sum."""
+    _check_tensor(tensor)
+    compressed, cctx = compression.compress(tensor)
+    reduced = _HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                          postscale_factor)
+    return compression.decompress(reduced, cctx)
 
 
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reduce-scattering a list of tensors as one unit; one handle whose synchronize()
+    gives the list of outputs."""
+    sid = _set_id(process_set)
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    dtypes = [t.dtype for t in tensors]
+    native = _C.grouped_reducescatter_async(
+        [_contiguous_input(t) for t in tensors], _group_names(name, len(tensors)),
+        _reducescatter_op(op), float(prescale_factor), float(postscale_factor), sid)
+    return _register(native, lambda h: [_from_library(a, d) for a, d in zip(h.result(), dtypes)])
+
+
+class _HorovodGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = synchronize(grouped_allgather_async([g.contiguous() for g in grad_outputs],
+                                                    process_set=ctx.process_set))
+        scale = _reducescatter_grad_scale(ctx)
+        if scale != 1.0:
+            grads = [g * scale for g in grads]
+        return (None, None, None, None, None) + tuple(grads)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Reduce-scatters a list of tensors as one unit (differentiable); returns the list."""
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = _HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                 postscale_factor, *[c for c, _ in compressed])
+    return [compression.decompress(r, c) for r, (_, c) in zip(reduced, compressed)]
+
+
+# ---- join, barrier -----------------------------------------------------------------------
 def join(device=-1):
-    """Marks this rank as out of data; returns the last rank to join (not in the core yet)."""
-    return _core_op("join")(device)
+    """This rank has finished its data: until every rank has joined, it contributes zeros to
+    the other ranks' allreduces (Average still divides by the full size). Blocks until every
+    rank joined and returns the rank that joined last. Global set only. device: -1 (CPU)."""
+    if device is not None and int(device) != -1:
+        raise NotImplementedError("horovod_cpp.torch: join(device=...) with a CUDA device is "
+                                  "not supported (CPU tensors only)")
+    return _C.join()
 
 
 def barrier(process_set=global_process_set):
-    """Returns once every rank has called barrier()."""
-    _check_process_set(process_set)
-    _C.barrier()
+    """Returns once every rank of the set has called barrier()."""
+    _C.barrier(_set_id(process_set))

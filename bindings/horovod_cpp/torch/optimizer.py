@@ -11,7 +11,7 @@ import warnings
 
 import torch
 
-from .._basics import Adasum, Average, _check_process_set, global_process_set, size
+from .._basics import Adasum, Average, _set_id, global_process_set, size
 from .compression import Compression
 from .mpi_ops import (allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async,
                       synchronize as _synchronize_handle)
@@ -291,7 +291,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = None
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be a positive integer")
-    _check_process_set(process_set)
+    _set_id(process_set)  # a registered ProcessSet (ValueError otherwise)
 
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {"_hvd_base_class": base})
