@@ -5,6 +5,7 @@
 // Everything checked here fails at once, on the calling rank only, before any communication.
 #include <cstdlib>
 #include <mutex>
+#include <unordered_set>
 
 #include "common/logging.h"
 #include "horovod_cpp_build_config.h"
@@ -63,10 +64,8 @@ class Submission {
     e.input = in;
     e.output = out;
     e.part = static_cast<int>(entries_.size());
-    for (const auto& prev : entries_) {
-      if (prev.request.name == e.request.name) {
-        throw InvalidArgumentError(describe(e.request) + ": the name appears twice in the group");
-      }
+    if (!names_.insert(e.request.name).second) {
+      throw InvalidArgumentError(describe(e.request) + ": the name appears twice in the group");
     }
     entries_.push_back(std::move(e));
     check_view(entries_.back().request, in, "input");
@@ -138,6 +137,7 @@ class Submission {
   std::shared_ptr<Runtime> rt_;
   std::shared_ptr<ProcessSetState> set_;
   std::vector<TensorEntry> entries_;
+  std::unordered_set<std::string> names_;  // duplicates within one submission
   std::shared_ptr<detail::HandleState> state_;
 };
 

@@ -22,8 +22,10 @@ struct Config {
   /// between coordination cycles. Work wakes it at once, so this does not delay collectives;
   /// it bounds how fast an idle rank notices shutdown and stall requests of other ranks.
   double cycle_time_ms = 1.0;
-  /// HOROVOD_CACHE_CAPACITY (entries, default 1024): response cache size; 0 disables it.
-  int64_t cache_capacity = 1024;
+  /// HOROVOD_CACHE_CAPACITY (entries, default 4096): response cache size; 0 disables it.
+  /// Larger than Horovod's 1024: a model with more tensors than the cache holds misses every
+  /// step, and an entry costs only a few hundred bytes (the bit vector covers live entries).
+  int64_t cache_capacity = 4096;
   /// HOROVOD_STALL_CHECK_TIME_SECONDS (default 60): after this long with some ranks having
   /// submitted a tensor and others not, rank 0 logs the tensor and the missing ranks.
   double stall_check_seconds = 60.0;

@@ -74,6 +74,22 @@ Response build_response(const std::vector<const Request*>& reqs) {
   resp.group = first.group;
   resp.group_size = first.group_size;
 
+  // The common case, every rank asking for exactly the same thing, needs no formatting.
+  bool identical = joined.empty() || first.op == OpType::kAllreduce;
+  for (const Request* q : reqs) {
+    if (!identical) break;
+    if (!q) continue;
+    identical = q->op == first.op && q->device == first.device && q->group == first.group &&
+                q->group_size == first.group_size && q->dtype == first.dtype &&
+                q->reduce_op == first.reduce_op && q->prescale == first.prescale &&
+                q->postscale == first.postscale && q->root == first.root &&
+                (first.op == OpType::kAllgather || first.op == OpType::kAlltoall
+                     ? q->shape.size() == first.shape.size() && !q->shape.empty() &&
+                           std::equal(q->shape.begin() + 1, q->shape.end(), first.shape.begin() + 1)
+                     : q->shape == first.shape);
+  }
+  if (identical && first.op != OpType::kAllgather && first.op != OpType::kAlltoall) return resp;
+
   const std::string prefix = "'" + first.name + "': ";
   auto fail = [&](const std::string& what, const std::string& detail) {
     resp.error = what + " " + prefix + detail;

@@ -31,7 +31,7 @@ TEST_CASE("config defaults with an empty environment", "[config]") {
   REQUIRE(load({}, &c).ok());
   CHECK(c.fusion_threshold_bytes == 64ll * 1024 * 1024);
   CHECK(c.cycle_time_ms == 1.0);
-  CHECK(c.cache_capacity == 1024);
+  CHECK(c.cache_capacity == 4096);
   CHECK(c.stall_check_seconds == 60.0);
   CHECK_FALSE(c.stall_check_disabled);
   CHECK(c.stall_shutdown_seconds == 0.0);
