@@ -274,14 +274,17 @@ def test_duplicate_pending_name_is_value_error(rank, size):
     np.testing.assert_array_equal(hvd.synchronize(h), [size, size])
 
 
-def test_not_in_core_yet_raise_not_implemented():
-    for call in (lambda: hvd.alltoall(np.zeros(4)), lambda: hvd.reducescatter(np.zeros(4)),
-                 lambda: hvd.join(), lambda: hvd.start_timeline("/tmp/t.json"),
-                 lambda: hvd.stop_timeline(), lambda: hvd.add_process_set([0]),
-                 lambda: hvd.allreduce(np.zeros(2), op=hvd.Adasum),
-                 lambda: hvd.allreduce(np.zeros(2), process_set=hvd.ProcessSet([0]))):
-        with pytest.raises(NotImplementedError):
-            call()
+def test_still_not_implemented():
+    with pytest.raises(NotImplementedError):
+        hvd.allreduce(np.zeros(2), op=hvd.Adasum)
+    with pytest.raises(NotImplementedError):
+        hvd.join(device=0)
+
+
+def test_unregistered_process_set_is_value_error():
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(np.zeros(2), process_set=hvd.ProcessSet([0]))
+    assert hvd.ProcessSet([0]).size() is None
 
 
 def test_process_set_global(rank, size):

@@ -243,11 +243,12 @@ def test_errors(rank, size):
         hvd.broadcast(torch.zeros(2), root_rank=-1)
     with pytest.raises(NotImplementedError):
         hvd.allreduce(torch.zeros(2), op=hvd.Adasum)
-    for call in (lambda: hvd.alltoall(torch.zeros(4)), lambda: hvd.reducescatter(torch.zeros(4)),
-                 lambda: hvd.join(), lambda: hvd.start_timeline("/tmp/x.json"),
-                 lambda: hvd.remove_process_set(hvd.ProcessSet([0]))):
-        with pytest.raises(NotImplementedError):
-            call()
+    with pytest.raises(NotImplementedError):
+        hvd.join(device=0)
+    assert hvd.remove_process_set(hvd.ProcessSet([0])) is False  # not registered
+    assert hvd.remove_process_set(hvd.global_process_set) is False
+    with pytest.raises(ValueError):
+        hvd.reducescatter(torch.zeros(4), op=hvd.Max)
     if size > 1:
         with pytest.raises(hvd.HorovodInternalError) as info:
             hvd.allreduce(torch.zeros(rank + 1), name="t.mismatch")
