@@ -342,13 +342,19 @@ void Controller::emit_ready_with_joined(int n, std::vector<Response>* out) {
 void Controller::update_stall_state(const std::vector<uint64_t>& v, uint32_t words) {
   const double now = clock_();
   const size_t kReady = 1, kNone = 1 + 2 * static_cast<size_t>(words);
-  for (uint32_t bit = 0; bit < words * 64; ++bit) {
-    if (!cache_.has_bit(bit)) continue;
-    const bool partial = !test_bit(v, kReady, bit) && !test_bit(v, kNone, bit);
-    if (partial) {
-      partial_since_.emplace(bit, now);
-    } else {
-      partial_since_.erase(bit);
+  // Word at a time: in steady state almost every word is all-ready or all-idle.
+  for (auto it = partial_since_.begin(); it != partial_since_.end();) {
+    const uint32_t bit = it->first;
+    const bool partial = bit < words * 64 && cache_.has_bit(bit) && !test_bit(v, kReady, bit) &&
+                         !test_bit(v, kNone, bit);
+    it = partial ? std::next(it) : partial_since_.erase(it);
+  }
+  for (uint32_t w = 0; w < words; ++w) {
+    uint64_t partial = ~v[kReady + w] & ~v[kNone + w];
+    while (partial) {
+      const uint32_t bit = w * 64 + static_cast<uint32_t>(__builtin_ctzll(partial));
+      partial &= partial - 1;
+      if (cache_.has_bit(bit)) partial_since_.emplace(bit, now);
     }
   }
   double oldest = now;

@@ -12,8 +12,12 @@
 
 namespace hvd {
 
-void Executor::execute(const std::vector<Response>& responses, const TakeEntry& take, bool joined) {
+void Executor::execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined) {
+  if (responses.empty()) return;
   const std::vector<FusionBatch> plan = plan_fusion(responses, threshold_);
+  std::vector<TensorEntry> all_entries;
+  std::vector<bool> all_present;
+  take(responses, &all_entries, &all_present);
   for (const FusionBatch& batch : plan) {
     const size_t m = batch.members.size();
     std::vector<TensorEntry> entries(m);
@@ -22,7 +26,8 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntry& 
     bool diverged = false;
     for (size_t k = 0; k < m; ++k) {
       rs[k] = &responses[batch.members[k]];
-      present[k] = take(rs[k]->name, &entries[k]);
+      entries[k] = std::move(all_entries[batch.members[k]]);
+      present[k] = all_present[batch.members[k]];
       // A joined rank legitimately lacks entries: it runs allreduces with zeros and has no
       // handle to fail. Otherwise the coordinator only answers names this rank submitted.
       if (!present[k] && !(joined && (!rs[k]->ok() || rs[k]->op == OpType::kAllreduce))) {

@@ -37,13 +37,16 @@ class Executor {
   /// one they fail with a clear error.
   void set_device_runner(DeviceRunner* runner) { device_runner_ = runner; }
 
-  /// Looks up a response's local entry (and removes it from the process set's table).
-  using TakeEntry = std::function<bool(const std::string& name, TensorEntry* out)>;
+  /// Looks up the responses' local entries (and removes them from the process set's table).
+  /// Fills (*entries)[i] and (*present)[i] for responses[i], all under one lock.
+  using TakeEntries = std::function<void(const std::vector<Response>& responses,
+                                         std::vector<TensorEntry>* entries,
+                                         std::vector<bool>* present)>;
 
   /// Executes `responses` in order, fusing allreduces per the fusion plan, and completes each
   /// entry's handle. `joined`: this rank called join(), so allreduces it did not submit run
   /// with zeros, and failures of tensors it did not submit are not its to report.
-  void execute(const std::vector<Response>& responses, const TakeEntry& take, bool joined);
+  void execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined);
 
  private:
   Status run_single(const Response& r, TensorEntry& e, bool present);

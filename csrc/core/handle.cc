@@ -73,6 +73,10 @@ std::string Handle::error_message() const {
 
 Tensor Handle::result() const {
   wait();
+  if (state_->results().empty()) {
+    throw InvalidArgumentError("'" + state_->name() + "' has no result tensor (only allgather, "
+                               "alltoall and reducescatter allocate one)");
+  }
   return state_->results().front();
 }
 
@@ -83,6 +87,9 @@ std::vector<Tensor> Handle::results() const {
 
 std::vector<int64_t> Handle::received_splits() const {
   wait();
+  if (state_->splits().empty()) {
+    throw InvalidArgumentError("'" + state_->name() + "' is not an alltoall: no received splits");
+  }
   return state_->splits().front();
 }
 

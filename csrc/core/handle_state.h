@@ -20,9 +20,7 @@ namespace detail {
 
 class HandleState {
  public:
-  HandleState(std::string name, int parts)
-      : name_(std::move(name)), remaining_(parts), results_(static_cast<size_t>(parts)),
-        splits_(static_cast<size_t>(parts)) {}
+  HandleState(std::string name, int parts) : name_(std::move(name)), remaining_(parts), parts_(parts) {}
 
   const std::string& name() const { return name_; }
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -30,9 +28,15 @@ class HandleState {
   /// Completes one part; the whole once every part has completed.
   void complete(const Status& status);
   /// Stores the library-allocated result of part `index` (before complete()).
-  void set_result(int index, Tensor t) { results_[static_cast<size_t>(index)] = std::move(t); }
+  void set_result(int index, Tensor t) {
+    results_.resize(static_cast<size_t>(parts_));  // allocated only by ops with results
+    results_[static_cast<size_t>(index)] = std::move(t);
+  }
   /// Alltoall: the rows part `index` received from each rank.
-  void set_splits(int index, std::vector<int64_t> s) { splits_[static_cast<size_t>(index)] = std::move(s); }
+  void set_splits(int index, std::vector<int64_t> s) {
+    splits_.resize(static_cast<size_t>(parts_));
+    splits_[static_cast<size_t>(index)] = std::move(s);
+  }
   /// A scalar outcome (join: the last rank to join).
   void set_value(int64_t v) { value_ = v; }
 
@@ -50,6 +54,7 @@ class HandleState {
   std::mutex mu_;
   std::condition_variable cv_;
   int remaining_;
+  const int parts_;
   Status status_;
   std::vector<Tensor> results_;
   std::vector<std::vector<int64_t>> splits_;

@@ -112,18 +112,24 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
   return Status::OK();
 }
 
-bool ProcessSetState::take_entry(const std::string& name, TensorEntry* out) {
+void ProcessSetState::take_entries(const std::vector<Response>& responses,
+                                   std::vector<TensorEntry>* entries, std::vector<bool>* present) {
+  entries->resize(responses.size());
+  present->assign(responses.size(), false);
   std::lock_guard<std::mutex> lk(mu_);
-  auto it = table_.find(name);
-  if (it == table_.end()) return false;
-  *out = std::move(it->second);
-  table_.erase(it);
-  return true;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    auto it = table_.find(responses[i].name);
+    if (it == table_.end()) continue;
+    (*entries)[i] = std::move(it->second);
+    (*present)[i] = true;
+    table_.erase(it);
+  }
 }
 
 void ProcessSetState::loop() {
   const auto idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
-  const auto take = [this](const std::string& n, TensorEntry* e) { return take_entry(n, e); };
+  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
+                           std::vector<bool>* present) { take_entries(rs, es, present); };
   std::unordered_map<std::string, int64_t> negotiating;  // timeline: name -> start (us)
   while (true) {
     std::vector<Request> incoming;

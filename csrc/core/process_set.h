@@ -64,7 +64,8 @@ class ProcessSetState {
  private:
   void loop();
   void stop(const Status& why);
-  bool take_entry(const std::string& name, TensorEntry* out);
+  void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry>* entries,
+                    std::vector<bool>* present);
 
   const int id_;
   const std::vector<int> global_ranks_;
