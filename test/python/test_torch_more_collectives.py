@@ -274,3 +274,11 @@ def test_timeline(rank, size):
             text = json.dumps(json.load(f))
         assert "t.timeline.allreduce" in text and "t.timeline.alltoall" in text
         os.remove(path)
+
+
+def test_non_cpu_tensors_not_implemented():
+    t = torch.empty(2, device="meta")
+    for call in (lambda: hvd.allreduce(t), lambda: hvd.alltoall(t), lambda: hvd.reducescatter(t),
+                 lambda: hvd.grouped_allgather([t])):
+        with pytest.raises(NotImplementedError):
+            call()

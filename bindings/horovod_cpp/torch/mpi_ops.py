@@ -31,6 +31,9 @@ def _register(native, finish):
 def _check_tensor(tensor, what="tensor"):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        raise NotImplementedError(f"horovod_cpp.torch: {what} is on device '{tensor.device}'; "
+                                  "only CPU tensors are supported from Python")
 
 
 def handle_average_backwards_compatibility(op, average):
