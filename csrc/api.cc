@@ -57,14 +57,17 @@ class Submission {
     TensorEntry e;
     e.request.rank = set_->rank();
     e.request.op = op;
-    e.request.name = name.empty() ? rt_->auto_name(op) : name;
+    // Unnamed calls are numbered only once every check has passed (in submit()), so a call
+    // rejected on one rank does not shift the numbering against the other ranks.
+    e.request.name = name.empty() ? std::string(op_type_name(op)) + ".noname" : name;
+    if (name.empty()) unnamed_.push_back(entries_.size());
     e.request.dtype = in.dtype;
     e.request.shape = in.shape;
     e.request.device = in.device;
     e.input = in;
     e.output = out;
     e.part = static_cast<int>(entries_.size());
-    if (!names_.insert(e.request.name).second) {
+    if (!name.empty() && !names_.insert(e.request.name).second) {
       throw InvalidArgumentError(describe(e.request) + ": the name appears twice in the group");
     }
     entries_.push_back(std::move(e));
@@ -84,24 +87,28 @@ class Submission {
   }
 
   /// Marks the entries as one group (negotiated and run as a unit).
-  void group() {
-    // A short key that every rank derives alike from the members' names (FNV-1a over them),
-    // so requests stay small however large the group.
-    uint64_t h = 1469598103934665603ull;
-    for (const auto& e : entries_) {
-      for (unsigned char c : e.request.name + '\0') h = (h ^ c) * 1099511628211ull;
-    }
-    const std::string key = std::string(op_type_name(entries_.front().request.op)) + " group '" +
-                            entries_.front().request.name + "' +" +
-                            std::to_string(entries_.size() - 1) + " #" + std::to_string(h);
-    for (auto& e : entries_) {
-      e.request.group = key;
-      e.request.group_size = static_cast<int32_t>(entries_.size());
-    }
-  }
+  void group() { grouped_ = true; }
 
   Handle submit(const std::string& handle_name) {
-    auto state = std::make_shared<detail::HandleState>(handle_name, static_cast<int>(entries_.size()));
+    for (size_t i : unnamed_) entries_[i].request.name = set_->auto_name(entries_[i].request.op);
+    if (grouped_) {
+      // A short key that every rank derives alike from the members' names (FNV-1a over them),
+      // so requests stay small however large the group.
+      uint64_t h = 1469598103934665603ull;
+      for (const auto& e : entries_) {
+        for (unsigned char c : e.request.name + '\0') h = (h ^ c) * 1099511628211ull;
+      }
+      const std::string key = std::string(op_type_name(entries_.front().request.op)) +
+                              " group '" + entries_.front().request.name + "' +" +
+                              std::to_string(entries_.size() - 1) + " #" + std::to_string(h);
+      for (auto& e : entries_) {
+        e.request.group = key;
+        e.request.group_size = static_cast<int32_t>(entries_.size());
+      }
+    }
+    auto state = std::make_shared<detail::HandleState>(
+        unnamed_.empty() ? handle_name : entries_.front().request.name,
+        static_cast<int>(entries_.size()));
     const int64_t now = rt_->timeline()->enabled() ? now_us() : 0;
     for (auto& e : entries_) {
       e.handle = state;
@@ -138,6 +145,8 @@ class Submission {
   std::shared_ptr<ProcessSetState> set_;
   std::vector<TensorEntry> entries_;
   std::unordered_set<std::string> names_;  // duplicates within one submission
+  std::vector<size_t> unnamed_;            // entries to number at submit()
+  bool grouped_ = false;
   std::shared_ptr<detail::HandleState> state_;
 };
 

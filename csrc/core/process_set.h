@@ -48,6 +48,13 @@ class ProcessSetState {
   int rank() const { return rank_; }  ///< this rank's index in ranks()
   int size() const { return static_cast<int>(global_ranks_.size()); }
 
+  /// A fresh "<op>.noname.<n>" name for an unnamed call: n counts this set's unnamed calls of
+  /// that op on this rank, so unnamed calls must come in the same order on every member.
+  std::string auto_name(OpType op) {
+    return std::string(op_type_name(op)) + ".noname." +
+           std::to_string(noname_counter_[static_cast<int>(op)]++);
+  }
+
   /// Submits entries atomically (a group arrives in one cycle). Fails at once, submitting
   /// nothing, if a name is already pending or the set has stopped.
   Status enqueue(std::vector<TensorEntry> entries);
@@ -87,6 +94,7 @@ class ProcessSetState {
   bool shutdown_requested_ = false;                     // guarded by mu_
   Status stop_status_;                                  // guarded by mu_
   std::atomic<bool> stopped_{false};
+  std::atomic<uint64_t> noname_counter_[kMaxOpType + 1] = {};
   std::thread thread_;
 };
 

@@ -203,9 +203,5 @@ bool Runtime::running() const {
   return it != sets_.end() && it->second->running();
 }
 
-std::string Runtime::auto_name(OpType op) {
-  const uint64_t n = noname_counter_[static_cast<int>(op)]++;
-  return std::string(op_type_name(op)) + ".noname." + std::to_string(n);
-}
 
 }  // namespace hvd

@@ -43,8 +43,6 @@ class Runtime {
   const Config& config() const { return config_; }
   const MpiContext& mpi() const { return mpi_; }
   Timeline* timeline() { return timeline_.get(); }
-  /// A fresh "<op>.noname.<n>" name for an unnamed call.
-  std::string auto_name(OpType op);
 
  private:
   Runtime();
@@ -59,7 +57,6 @@ class Runtime {
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only
   std::map<int, std::vector<int>> set_ranks_;        // guarded by sets_mu_; every set
   int next_set_id_ = 0;                              // guarded by sets_mu_
-  std::atomic<uint64_t> noname_counter_[8] = {};
 };
 
 }  // namespace hvd

@@ -99,3 +99,38 @@ TEST_CASE("mixed collectives in flight together", "[mixed]") {
   }
   CHECK(bad == 0);
 }
+
+TEST_CASE("unnamed calls: numbered per op, unaffected by a call rejected on one rank", "[naming]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  float f[4] = {1, 1, 1, 1};
+  // Rejected on rank 0 only (root out of range), before it is numbered.
+  if (me == 0) {
+    CHECK_THROWS_AS(hvd::broadcast_async("", hvd::TensorView(f, DataType::kFloat32, {4}), n),
+                    hvd::InvalidArgumentError);
+  }
+  for (int k = 0; k < 3; ++k) {
+    float x = 1.0f;
+    hvd::AllreduceOptions sum;
+    sum.op = hvd::ReduceOp::kSum;
+    hvd::Handle h = hvd::allreduce_async("", hvd::TensorView(&x, DataType::kFloat32, {1}), sum);
+    CHECK(h.name() == "allreduce.noname." + std::to_string(k));
+    wait_ok(h);
+    CHECK(x == static_cast<float>(n));
+    hvd::broadcast("", hvd::TensorView(f, DataType::kFloat32, {4}), 0);
+  }
+  // Two unnamed groups in flight at once stay distinct.
+  float a = 1, b = 2, c = 3, d = 4;
+  hvd::AllreduceOptions sum;
+  sum.op = hvd::ReduceOp::kSum;
+  hvd::Handle g1 = hvd::grouped_allreduce_async({"", ""}, {hvd::TensorView(&a, DataType::kFloat32, {1}),
+                                                          hvd::TensorView(&b, DataType::kFloat32, {1})}, sum);
+  hvd::Handle g2 = hvd::grouped_allreduce_async({"", ""}, {hvd::TensorView(&c, DataType::kFloat32, {1}),
+                                                          hvd::TensorView(&d, DataType::kFloat32, {1})}, sum);
+  wait_ok(g1);
+  wait_ok(g2);
+  CHECK(a == 1.0f * n);
+  CHECK(b == 2.0f * n);
+  CHECK(c == 3.0f * n);
+  CHECK(d == 4.0f * n);
+}
