@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "common/half.h"
 
@@ -14,14 +15,36 @@ void apply(T* __restrict a, const T* __restrict b, int64_t n, Op op) {
   for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], b[i]);
 }
 
+// Integer sums and products wrap around (two's complement), like MPI's; computed in the
+// unsigned type because signed overflow is undefined in C++.
+template <typename T>
+inline T wrap_add(T x, T y) {
+  if constexpr (std::is_integral<T>::value) {
+    using U = typename std::make_unsigned<T>::type;
+    return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+  } else {
+    return static_cast<T>(x + y);
+  }
+}
+template <typename T>
+inline T wrap_mul(T x, T y) {
+  if constexpr (std::is_integral<T>::value) {
+    using U = typename std::make_unsigned<T>::type;
+    using W = typename std::conditional<(sizeof(T) < sizeof(unsigned)), unsigned, U>::type;
+    return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(x)) * static_cast<W>(static_cast<U>(y))));
+  } else {
+    return static_cast<T>(x * y);
+  }
+}
+
 template <typename T>
 void reduce_typed(T* a, const T* b, int64_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: apply(a, b, n, [](T x, T y) { return static_cast<T>(x + y); }); break;
+    case ReduceOp::kAverage: apply(a, b, n, [](T x, T y) { return wrap_add(x, y); }); break;
     case ReduceOp::kMin: apply(a, b, n, [](T x, T y) { return std::min(x, y); }); break;
     case ReduceOp::kMax: apply(a, b, n, [](T x, T y) { return std::max(x, y); }); break;
-    case ReduceOp::kProduct: apply(a, b, n, [](T x, T y) { return static_cast<T>(x * y); }); break;
+    case ReduceOp::kProduct: apply(a, b, n, [](T x, T y) { return wrap_mul(x, y); }); break;
   }
 }
 
