@@ -12,7 +12,7 @@ status=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || status=1
 
 if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh ]; then
-  VENV=${VENV:-.venv}
+  VENV=$(realpath -m "${VENV:-.venv}")
   if [ ! -x "$VENV/bin/python" ]; then
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
   fi

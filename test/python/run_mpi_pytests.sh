@@ -46,4 +46,15 @@ for np_ in $NP_LIST; do
   fi
 done
 [ "$status" -eq 0 ] && echo "All ranks passed for np in: $NP_LIST"
+# One closing line over every rank of every run, in the plain 'N passed, N failed' form.
+passed=0 failed=0 skipped=0
+for f in "$logdir"/np*.rank*.log; do
+  line="$(grep -E '^[^ ]*[0-9]+ (passed|failed)' "$f" | tail -1)"
+  p="$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+')"
+  q="$(echo "$line" | grep -oE '[0-9]+ (failed|error)' | awk '{s+=$1} END {print s+0}')"
+  k="$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+')"
+  passed=$((passed + ${p:-0})); failed=$((failed + ${q:-0})); skipped=$((skipped + ${k:-0}))
+done
+[ "$status" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+echo "pytest: $passed passed, $failed failed, $skipped skipped"
 exit "$status"
