@@ -49,6 +49,9 @@ class Tensor {
   Tensor() = default;
   /// Allocates zero-initialized storage for `shape` elements of `dtype`.
   Tensor(DataType dtype, Shape shape);
+  /// Allocates storage for `shape` elements of `dtype` without initializing it (for outputs
+  /// that are about to be overwritten).
+  static Tensor empty(DataType dtype, Shape shape);
 
   DataType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

@@ -88,6 +88,13 @@ int64_t Tensor::nbytes() const { return numel() * static_cast<int64_t>(dtype_siz
 
 TensorView Tensor::view() { return TensorView(data(), dtype_, shape_, device_); }
 
+Tensor Tensor::empty(DataType dtype, Shape shape) {
+  const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
+  std::shared_ptr<void> memory(new unsigned char[bytes > 0 ? bytes : 1],
+                               [](void* p) { delete[] static_cast<unsigned char*>(p); });
+  return adopt(dtype, std::move(shape), Device::cpu(), std::move(memory));
+}
+
 Tensor Tensor::adopt(DataType dtype, Shape shape, Device device, std::shared_ptr<void> memory) {
   Tensor t;
   t.dtype_ = dtype;

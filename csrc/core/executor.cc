@@ -226,7 +226,7 @@ Status Executor::allgather(const Response& r, TensorEntry& e) {
   int64_t rows = 0;
   for (int64_t d : r.first_dims) rows += d;
   out_shape[0] = rows;
-  Tensor out(r.dtype, out_shape);
+  Tensor out = Tensor::empty(r.dtype, out_shape);  // every byte is written below
   std::vector<int64_t> bytes(r.first_dims.size());
   for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = r.nbytes_for_rank(static_cast<int>(k));
   HVD_RETURN_IF_ERROR(plane_->allgatherv(e.input.data, out.data(), bytes));
@@ -248,7 +248,7 @@ Status Executor::alltoall(const Response& r, TensorEntry& e) {
   }
   Shape out_shape = r.shape;
   out_shape[0] = rows;
-  Tensor out(r.dtype, out_shape);
+  Tensor out = Tensor::empty(r.dtype, out_shape);  // every byte is written below
   HVD_RETURN_IF_ERROR(plane_->alltoallv(e.input.data, send, out.data(), recv));
   e.handle->set_result(e.part, std::move(out));
   e.handle->set_splits(e.part, std::move(recv_rows));
@@ -264,7 +264,7 @@ Status Executor::reducescatter(const Response& r, TensorEntry& e) {
   Shape out_shape = r.shape;
   out_shape[0] = counts[static_cast<size_t>(rank_)] / std::max<int64_t>(row, 1);
   if (row == 0) out_shape[0] = dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0);
-  Tensor out(r.dtype, out_shape);
+  Tensor out = Tensor::empty(r.dtype, out_shape);  // every byte is written below
   const int64_t total = num_elements(r.shape);
   const int64_t bytes = total * static_cast<int64_t>(dtype_size(r.dtype));
   unsigned char* in = scratch(bytes);
