@@ -6,7 +6,7 @@
 
 namespace hvd {
 
-inline float half_to_float(uint16_t h) {
+inline float fp16_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -34,7 +34,7 @@ inline float half_to_float(uint16_t h) {
 }
 
 /// Round to nearest even, with overflow to infinity and gradual underflow.
-inline uint16_t float_to_half(float f) {
+inline uint16_t float_to_fp16(float f) {
   uint32_t x;
   std::memcpy(&x, &f, sizeof(x));
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);

@@ -8,67 +8,16 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/half.h"
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/training.h"
 
 namespace hvd {
 
-// ------------------------------------------------------------------------------------------
-// float16 conversion (IEEE binary16, round to nearest even).
+// float16 conversion: the public names of common/half.h's conversions (the CPU kernels').
 
-uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t exp = (x >> 23) & 0xffu;
-  uint32_t mant = x & 0x7fffffu;
-  if (exp == 0xff) {  // inf or nan
-    return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
-  }
-  int32_t e = static_cast<int32_t>(exp) - 127 + 15;
-  if (e >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow
-  if (e <= 0) {
-    // Subnormal half (or zero).
-    if (e < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    const uint32_t shift = static_cast<uint32_t>(14 - e);
-    uint32_t h = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1u))) ++h;
-    return static_cast<uint16_t>(sign | h);
-  }
-  uint32_t h = (static_cast<uint32_t>(e) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: fine
-  return static_cast<uint16_t>(sign | h);
-}
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t x;
-  if (exp == 0) {
-    if (mant == 0) {
-      x = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3ffu) << 13);
-    }
-  } else if (exp == 0x1f) {
-    x = sign | 0x7f800000u | (mant << 13);
-  } else {
-    x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
+uint16_t float_to_half(float f) { return float_to_fp16(f); }
+float half_to_float(uint16_t h) { return fp16_to_float(h); }
 
 // ------------------------------------------------------------------------------------------
 // Cross-rank consistency of a list of named entries.

@@ -71,7 +71,7 @@ struct Buffer {
       case hvd::DataType::kInt16: *static_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
       case hvd::DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
       case hvd::DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-      case hvd::DataType::kFloat16: *static_cast<uint16_t*>(p) = hvd::float_to_half(static_cast<float>(v)); break;
+      case hvd::DataType::kFloat16: *static_cast<uint16_t*>(p) = hvd::float_to_fp16(static_cast<float>(v)); break;
       case hvd::DataType::kBFloat16: *static_cast<uint16_t*>(p) = hvd::float_to_bf16(static_cast<float>(v)); break;
       case hvd::DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
       case hvd::DataType::kFloat64: *static_cast<double*>(p) = v; break;
@@ -86,7 +86,7 @@ struct Buffer {
       case hvd::DataType::kInt16: return *static_cast<const int16_t*>(p);
       case hvd::DataType::kInt32: return *static_cast<const int32_t*>(p);
       case hvd::DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
-      case hvd::DataType::kFloat16: return hvd::half_to_float(*static_cast<const uint16_t*>(p));
+      case hvd::DataType::kFloat16: return hvd::fp16_to_float(*static_cast<const uint16_t*>(p));
       case hvd::DataType::kBFloat16: return hvd::bf16_to_float(*static_cast<const uint16_t*>(p));
       case hvd::DataType::kFloat32: return *static_cast<const float*>(p);
       case hvd::DataType::kFloat64: return *static_cast<const double*>(p);

@@ -30,20 +30,20 @@ TEST_CASE("every float16 pattern decodes exactly and round-trips", "[half]") {
   int nans = 0;
   for (uint32_t p = 0; p < 65536; ++p) {
     const uint16_t h = static_cast<uint16_t>(p);
-    const float f = half_to_float(h);
+    const float f = fp16_to_float(h);
     const double ref = ref_half_value(h);
     INFO("pattern 0x" << std::hex << p);
     if (is_half_nan(h)) {
       ++nans;
       REQUIRE(std::isnan(f));
-      const uint16_t back = float_to_half(f);
+      const uint16_t back = float_to_fp16(f);
       REQUIRE(is_half_nan(back));
       REQUIRE((back & 0x8000) == (h & 0x8000));
       continue;
     }
     REQUIRE(static_cast<double>(f) == ref);
     REQUIRE(std::signbit(f) == std::signbit(ref));
-    REQUIRE(float_to_half(f) == h);
+    REQUIRE(float_to_fp16(f) == h);
   }
   CHECK(nans == 2 * 1023);
 }
@@ -68,23 +68,23 @@ TEST_CASE("every bfloat16 pattern decodes exactly and round-trips", "[half]") {
 TEST_CASE("float to float16 rounds to nearest even, overflows to inf, underflows gradually",
           "[half]") {
   // Named cases: the edges of the format.
-  CHECK(float_to_half(65504.0f) == 0x7BFF);
-  CHECK(float_to_half(65519.99f) == 0x7BFF);
-  CHECK(float_to_half(65520.0f) == 0x7C00);  // tie between max and 2^16: even = inf
-  CHECK(float_to_half(-1e30f) == 0xFC00);
-  CHECK(float_to_half(std::numeric_limits<float>::infinity()) == 0x7C00);
-  CHECK(float_to_half(-std::numeric_limits<float>::infinity()) == 0xFC00);
-  CHECK(is_half_nan(float_to_half(std::numeric_limits<float>::quiet_NaN())));
-  CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);      // smallest subnormal
-  CHECK(float_to_half(std::ldexp(1.0f, -25)) == 0x0000);      // tie with 0: even = 0
-  CHECK(float_to_half(std::ldexp(1.5f, -25)) == 0x0001);
-  CHECK(float_to_half(std::ldexp(3.0f, -25)) == 0x0002);      // tie 1|2: even = 2
-  CHECK(float_to_half(std::ldexp(5.0f, -25)) == 0x0002);      // tie 2|3: even = 2
-  CHECK(float_to_half(std::ldexp(1.0f, -14)) == 0x0400);      // smallest normal
-  CHECK(float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);   // rounds up into the normals
-  CHECK(float_to_half(-0.0f) == 0x8000);
-  CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie: even = 1.0
-  CHECK(float_to_half(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);
+  CHECK(float_to_fp16(65504.0f) == 0x7BFF);
+  CHECK(float_to_fp16(65519.99f) == 0x7BFF);
+  CHECK(float_to_fp16(65520.0f) == 0x7C00);  // tie between max and 2^16: even = inf
+  CHECK(float_to_fp16(-1e30f) == 0xFC00);
+  CHECK(float_to_fp16(std::numeric_limits<float>::infinity()) == 0x7C00);
+  CHECK(float_to_fp16(-std::numeric_limits<float>::infinity()) == 0xFC00);
+  CHECK(is_half_nan(float_to_fp16(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(float_to_fp16(std::ldexp(1.0f, -24)) == 0x0001);      // smallest subnormal
+  CHECK(float_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);      // tie with 0: even = 0
+  CHECK(float_to_fp16(std::ldexp(1.5f, -25)) == 0x0001);
+  CHECK(float_to_fp16(std::ldexp(3.0f, -25)) == 0x0002);      // tie 1|2: even = 2
+  CHECK(float_to_fp16(std::ldexp(5.0f, -25)) == 0x0002);      // tie 2|3: even = 2
+  CHECK(float_to_fp16(std::ldexp(1.0f, -14)) == 0x0400);      // smallest normal
+  CHECK(float_to_fp16(std::ldexp(1023.5f, -24)) == 0x0400);   // rounds up into the normals
+  CHECK(float_to_fp16(-0.0f) == 0x8000);
+  CHECK(float_to_fp16(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie: even = 1.0
+  CHECK(float_to_fp16(1.0f + std::ldexp(3.0f, -11)) == 0x3C02);
   // Every midpoint between neighbouring halves and the floats right next to it.
   for (uint32_t p = 0; p < 0x7BFF; ++p) {
     const double mid = (ref_half_value(static_cast<uint16_t>(p)) +
@@ -93,7 +93,7 @@ TEST_CASE("float to float16 rounds to nearest even, overflows to inf, underflows
     REQUIRE(static_cast<double>(fm) == mid);
     for (float f : {fm, std::nextafter(fm, 0.0f), std::nextafter(fm, 1e9f), -fm}) {
       INFO("f = " << f << " (0x" << std::hex << bits_of(f) << ")");
-      REQUIRE(float_to_half(f) == ref_float_to_half(f));
+      REQUIRE(float_to_fp16(f) == ref_float_to_half(f));
     }
   }
   // Random floats of every magnitude.
@@ -102,14 +102,14 @@ TEST_CASE("float to float16 rounds to nearest even, overflows to inf, underflows
     const float f = float_of(static_cast<uint32_t>(rng()));
     if (std::isnan(f)) continue;
     INFO("f = " << f << " (0x" << std::hex << bits_of(f) << ")");
-    REQUIRE(float_to_half(f) == ref_float_to_half(f));
+    REQUIRE(float_to_fp16(f) == ref_float_to_half(f));
   }
   // And in the half range specifically.
   std::uniform_real_distribution<float> near(-70000.0f, 70000.0f);
   std::uniform_real_distribution<float> tiny(-1e-4f, 1e-4f);
   for (int i = 0; i < 200000; ++i) {
     const float f = i % 2 ? near(rng) : tiny(rng);
-    REQUIRE(float_to_half(f) == ref_float_to_half(f));
+    REQUIRE(float_to_fp16(f) == ref_float_to_half(f));
   }
 }
 

@@ -85,7 +85,7 @@ void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceO
     case DataType::kFloat32: reduce_typed(static_cast<float*>(inout), static_cast<const float*>(in), n, op); break;
     case DataType::kFloat64: reduce_typed(static_cast<double*>(inout), static_cast<const double*>(in), n, op); break;
     case DataType::kFloat16:
-      reduce_half<half_to_float, float_to_half>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
+      reduce_half<fp16_to_float, float_to_fp16>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
       break;
     case DataType::kBFloat16:
       reduce_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
@@ -111,7 +111,7 @@ void scale_buffer(void* data, int64_t n, DataType dtype, double factor) {
     case DataType::kFloat16: {
       uint16_t* p = static_cast<uint16_t*>(data);
       const float f = static_cast<float>(factor);
-      for (int64_t i = 0; i < n; ++i) p[i] = float_to_half(half_to_float(p[i]) * f);
+      for (int64_t i = 0; i < n; ++i) p[i] = float_to_fp16(fp16_to_float(p[i]) * f);
       break;
     }
     case DataType::kBFloat16: {
