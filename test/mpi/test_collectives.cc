@@ -36,7 +36,7 @@ TEST_CASE("allgather: first dimension differs across ranks, every dtype", "[allg
         CHECK(out.shape()[0] == total);
         CHECK(out.dtype() == d);
         Buffer got(d, out.shape());
-        std::memcpy(got.bytes.data(), out.data(), got.bytes.size());
+        if (!got.bytes.empty()) std::memcpy(got.bytes.data(), out.data(), got.bytes.size());
         int64_t row = 0, bad = 0;
         for (int r = 0; r < n; ++r) {
           for (int64_t j = 0; j < rows_of(r); ++j, ++row) {
