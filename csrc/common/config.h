@@ -18,8 +18,8 @@ struct Config {
   /// HOROVOD_FUSION_THRESHOLD (bytes, default 64 MiB): the most bytes of allreduces packed
   /// into one fused reduction. 0 disables fusion.
   int64_t fusion_threshold_bytes = 64ll * 1024 * 1024;
-  /// HOROVOD_CYCLE_TIME (milliseconds, default 1): the longest an idle background thread sleeps
-  /// between coordination cycles. Work wakes it at once, so this does not delay collectives;
+  /// HOROVOD_CYCLE_TIME (milliseconds, default 1): the first sleep of an idle background thread
+  /// between coordination cycles (doubling while idle, up to 32x). Work wakes it at once, so this does not delay collectives;
   /// it bounds how fast an idle rank notices shutdown and stall requests of other ranks.
   double cycle_time_ms = 1.0;
   /// HOROVOD_CACHE_CAPACITY (entries, default 4096): response cache size; 0 disables it.

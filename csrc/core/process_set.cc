@@ -127,7 +127,10 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
 }
 
 void ProcessSetState::loop() {
-  const auto idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
+  // The idle heartbeat starts at HOROVOD_CYCLE_TIME and doubles while nothing happens, up to
+  // 32 times that: an idle job costs almost no CPU, and work still wakes the thread at once.
+  const auto base_idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
+  auto idle = base_idle;
   const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
                            std::vector<bool>* present) { take_entries(rs, es, present); };
   std::unordered_map<std::string, int64_t> negotiating;  // timeline: name -> start (us)
@@ -140,7 +143,11 @@ void ProcessSetState::loop() {
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
       // timeout is the heartbeat that lets other ranks' cycles complete.
       if (new_requests_.empty() && table_.empty() && !shutdown_requested_) {
-        cv_.wait_for(lk, idle, [this] { return !new_requests_.empty() || shutdown_requested_; });
+        const bool woken =
+            cv_.wait_for(lk, idle, [this] { return !new_requests_.empty() || shutdown_requested_; });
+        idle = woken ? base_idle : std::min(idle * 2, base_idle * 32);
+      } else {
+        idle = base_idle;
       }
       incoming.swap(new_requests_);
       shutdown = shutdown_requested_;
