@@ -45,6 +45,14 @@ def _op_value(op):
     return int(op)
 
 
+def _reducescatter_op(op):
+    """Validates a reducescatter op (Sum or Average only) and returns its value for _C."""
+    opv = _op_value(op)
+    if opv not in (Sum, Average):
+        raise ValueError("reducescatter supports op=Average and op=Sum only")
+    return opv
+
+
 def _name(name):
     """Empty names are replaced by the core with '<op>.noname.<n>' (call order)."""
     return "" if name is None else str(name)

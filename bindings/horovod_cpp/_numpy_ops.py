@@ -9,7 +9,8 @@ and returns the result.
 import numpy as np
 
 from . import _C
-from ._basics import (Average, Sum, _name, _op_value, _set_id, global_process_set)
+from ._basics import (Average, Sum, _name, _op_value, _reducescatter_op, _set_id,
+                      global_process_set)
 
 Handle = _C.Handle
 
@@ -181,13 +182,6 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 # ---- reducescatter -----------------------------------------------------------------------
-def _reducescatter_op(op):
-    opv = _op_value(op)
-    if opv not in (Sum, Average):
-        raise ValueError("reducescatter supports op=Average and op=Sum only")
-    return opv
-
-
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` (Sum or Average) across the set and gives each rank its slice of axis 0

@@ -13,7 +13,8 @@ import torch
 
 from .. import _C
 from .._basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum, _name,
-                       _op_value, _set_id, _set_rank, _set_size, global_process_set, rank,
+                       _op_value, _reducescatter_op, _set_id, _set_rank, _set_size,
+                       global_process_set, rank,
                        size)
 from .compression import Compression
 
@@ -460,13 +461,6 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 
 # ---- reducescatter -----------------------------------------------------------------------
-def _reducescatter_op(op):
-    opv = _op_value(op)
-    if opv not in (Sum, Average):
-        raise ValueError("reducescatter supports op=Average and op=Sum only")
-    return opv
-
-
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts reducing `tensor` (Sum or Average) across the set; each rank receives its slice
