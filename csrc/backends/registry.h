@@ -1,6 +1,6 @@
 // Copyright horovod_cpp authors. The ordered list of a process set's transports.
 //
-// Built once per process set (backends/transports.cc lists them; tests build their own), then
+// Built once per process set (backends/factory/transports.cc lists them; tests build their own), then
 // read-only: select() is called from the set's background thread, check_device() from user
 // threads. The first transport that accepts a batch runs it: for CPU tensors shared memory
 // (when usable and the batch large enough), then MPI; for CUDA tensors NCCL.

@@ -47,7 +47,7 @@ class World {
                           std::unique_ptr<SetPlanes>* out) = 0;
 };
 
-/// The job's World over MPI (backends/mpi/mpi_world.cc): initializes MPI if needed.
+/// The job's World over MPI (backends/factory/mpi_world.cc): initializes MPI if needed.
 Status make_world(const InitOptions& options, std::unique_ptr<World>* out);
 
 }  // namespace hvd

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "backends/transports.h"
+#include "backends/mpi/transport_context.h"
 
 namespace hvd {
 

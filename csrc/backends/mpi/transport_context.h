@@ -1,10 +1,10 @@
-// Copyright horovod_cpp authors. The list of transports, and what each maker gets.
+// Copyright horovod_cpp authors. What each transport of a process set is built from.
 //
-// register_transports() (transports.cc) is the one place that names every transport, in the
-// order the registry tries them. A transport is a folder under backends/ with a maker
+// A transport is a folder under backends/ with a maker
 //   std::unique_ptr<Transport> make_<name>_transport(const TransportContext&);
 // that returns null when the transport cannot serve this set (disabled, not on one host, ...)
-// after logging why; adding one is that folder plus one line in register_transports().
+// after logging why. backends/factory/transports.cc lists the makers, one line each, in the
+// order the registry tries them. Transports bootstrap over the set's MPI data communicator.
 #pragma once
 
 #include <mpi.h>
@@ -26,9 +26,5 @@ struct TransportContext {
   const MpiContext* mpi = nullptr;     ///< operators, topology
   const Config* config = nullptr;
 };
-
-/// Adds this build's transports for one set to `registry`, in priority order. Collective over
-/// the set's data communicator (some transports exchange setup data).
-void register_transports(const TransportContext& ctx, TransportRegistry* registry);
 
 }  // namespace hvd

@@ -1,5 +1,5 @@
 // Copyright horovod_cpp authors.
-#include "backends/transports.h"
+#include "backends/factory/transports.h"
 
 #include "backends/mpi/mpi_transport.h"
 #include "backends/shm/shm_transport.h"

@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors. The World over MPI: the factory of every process set's
 // control plane (MpiControlPlane on a communicator of its own) and transports (the list in
-// backends/transports.cc, on a data communicator of its own).
+// transports.cc, on a data communicator of its own). backends/factory is the top floor of
+// backends/: it alone names every transport folder.
 #pragma once
 
 #include "backends/mpi/mpi_context.h"

@@ -1,8 +1,8 @@
 // Copyright horovod_cpp authors.
-#include "backends/mpi/mpi_world.h"
+#include "backends/factory/mpi_world.h"
 
 #include "backends/mpi/mpi_control_plane.h"
-#include "backends/transports.h"
+#include "backends/factory/transports.h"
 
 namespace hvd {
 namespace {
