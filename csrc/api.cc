@@ -8,10 +8,6 @@
 #include <unordered_set>
 
 #include "common/logging.h"
-#include "horovod_cpp_build_config.h"
-#if HOROVOD_CPP_HAVE_CUDA
-#include "backends/nccl/gpu_device.h"
-#endif
 #include "core/handle_state.h"
 #include "core/runtime.h"
 #include "core/timeline.h"
@@ -72,17 +68,14 @@ class Submission {
     }
     entries_.push_back(std::move(e));
     check_view(entries_.back().request, in, "input");
-#if HOROVOD_CPP_HAVE_NCCL
     if (in.device.is_cuda()) {
-      // GPU data plane: the tensor must be on this rank's GPU (docs/gpu.md). Ranks negotiate
-      // "a CUDA tensor" without the ordinal: each uses its own device.
+      // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must
+      // be on this rank's GPU, docs/gpu.md). Ranks negotiate "a CUDA tensor" without the
+      // ordinal: each uses its own device.
       Request& q = entries_.back().request;
-      const MpiContext& m = rt_->mpi();
-      throw_if_error(check_cuda_tensor_device(in.device, rt_->config(), m.rank(), m.local_rank(),
-                                              m.local_size(), describe(q)));
+      throw_if_error(set_->transports().check_device(in.device, describe(q)));
       q.device = Device{Device::Kind::kCUDA, -1};
     }
-#endif
     return entries_.back().request;
   }
 
@@ -163,6 +156,14 @@ void set_reduction(Request& q, ReduceOp op, double pre, double post) {
   }
 }
 
+// A grouped call's lists must pair up and be non-empty.
+void check_group(const char* what, size_t names, size_t tensors) {
+  if (names != tensors || tensors == 0) {
+    throw InvalidArgumentError(std::string(what) + ": " + std::to_string(names) + " names for " +
+                               std::to_string(tensors) + " tensors");
+  }
+}
+
 void check_not_scalar(const Request& q) {
   if (q.shape.empty()) {
     throw InvalidArgumentError(describe(q) + ": needs at least one dimension (got a scalar; "
@@ -219,12 +220,12 @@ bool is_initialized() {
   return g_runtime && g_runtime->running();
 }
 
-int rank() { return runtime_or_throw("rank()")->mpi().rank(); }
-int size() { return runtime_or_throw("size()")->mpi().size(); }
-int local_rank() { return runtime_or_throw("local_rank()")->mpi().local_rank(); }
-int local_size() { return runtime_or_throw("local_size()")->mpi().local_size(); }
-int cross_rank() { return runtime_or_throw("cross_rank()")->mpi().cross_rank(); }
-int cross_size() { return runtime_or_throw("cross_size()")->mpi().cross_size(); }
+int rank() { return runtime_or_throw("rank()")->world().rank(); }
+int size() { return runtime_or_throw("size()")->world().size(); }
+int local_rank() { return runtime_or_throw("local_rank()")->world().local_rank(); }
+int local_size() { return runtime_or_throw("local_size()")->world().local_size(); }
+int cross_rank() { return runtime_or_throw("cross_rank()")->world().cross_rank(); }
+int cross_size() { return runtime_or_throw("cross_size()")->world().cross_size(); }
 
 // ---- process sets ----------------------------------------------------------------------
 
@@ -291,10 +292,7 @@ Handle grouped_allreduce_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& tensors,
                                const AllreduceOptions& options) {
   Submission sub("grouped_allreduce", options.process_set);
-  if (names.size() != tensors.size() || tensors.empty()) {
-    throw InvalidArgumentError("grouped_allreduce: " + std::to_string(names.size()) +
-                               " names for " + std::to_string(tensors.size()) + " tensors");
-  }
+  check_group("grouped_allreduce", names.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     Request& q = sub.add(OpType::kAllreduce, names[i], tensors[i], tensors[i]);
     set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
@@ -324,10 +322,7 @@ Tensor allgather(const std::string& name, TensorView input, ProcessSet set) {
 Handle grouped_allgather_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& inputs, ProcessSet set) {
   Submission sub("grouped_allgather", set);
-  if (names.size() != inputs.size() || inputs.empty()) {
-    throw InvalidArgumentError("grouped_allgather: " + std::to_string(names.size()) +
-                               " names for " + std::to_string(inputs.size()) + " tensors");
-  }
+  check_group("grouped_allgather", names.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_not_scalar(sub.add(OpType::kAllgather, names[i], inputs[i], inputs[i]));
   }
@@ -343,7 +338,7 @@ Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank
   if (std::find(members.begin(), members.end(), root_rank) == members.end()) {
     throw InvalidArgumentError(describe(q) + ": root rank " + std::to_string(root_rank) +
                                " is not a rank of process set " + std::to_string(set.id) +
-                               " (ranks 0.." + std::to_string(sub.rt().mpi().size() - 1) + ")");
+                               " (ranks 0.." + std::to_string(sub.rt().world().size() - 1) + ")");
   }
   return sub.submit();
 }
@@ -409,10 +404,7 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
                                    const std::vector<TensorView>& inputs,
                                    const ReducescatterOptions& options) {
   Submission sub("grouped_reducescatter", options.process_set);
-  if (names.size() != inputs.size() || inputs.empty()) {
-    throw InvalidArgumentError("grouped_reducescatter: " + std::to_string(names.size()) +
-                               " names for " + std::to_string(inputs.size()) + " tensors");
-  }
+  check_group("grouped_reducescatter", names.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_reducescatter(sub.add(OpType::kReducescatter, names[i], inputs[i], inputs[i]), options);
   }

@@ -36,6 +36,9 @@ class Handle {
 
   /// Like wait(timeout) but returns false on expiry instead of throwing.
   bool wait_for(std::chrono::milliseconds timeout) const;
+  /// wait(timeout) when `timeout` is positive, otherwise wait() (no deadline): for options
+  /// whose timeout 0 means "wait forever".
+  void wait_up_to(std::chrono::milliseconds timeout) const;
 
   /// kOk while pending or after success; the failure's code afterwards.
   ErrorCode error_code() const;

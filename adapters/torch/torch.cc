@@ -23,14 +23,6 @@ std::string sizes_str(const at::Tensor& t) {
   return shape_str(s);
 }
 
-void wait_with(const Handle& h, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) {
-    h.wait(timeout);
-  } else {
-    h.wait();
-  }
-}
-
 }  // namespace
 
 DataType to_hvd_dtype(c10::ScalarType type) {
@@ -180,13 +172,13 @@ struct DistributedOptimizer::Impl {
   void finish(Slot& s) {
     ::torch::NoGradGuard no_grad;
     if (s.sparse_path) {
-      wait_with(s.hi, opts.timeout);
-      wait_with(s.hv, opts.timeout);
+      s.hi.wait_up_to(opts.timeout);
+      s.hv.wait_up_to(opts.timeout);
       at::Tensor idx = to_torch(s.hi.result()).t();
       at::Tensor val = to_torch(s.hv.result()).to(s.param.scalar_type());
       s.param.mutable_grad() = at::sparse_coo_tensor(idx, val, s.param.sizes());
     } else {
-      wait_with(s.h, opts.timeout);
+      s.h.wait_up_to(opts.timeout);
       if (s.compressed) s.param.mutable_grad().copy_(s.send);
     }
     s.started = false;
@@ -423,7 +415,7 @@ void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& n
     if (!buf.is_same(t)) copy_back.emplace_back(t, buf);
     hs.push_back(broadcast_async("broadcast_parameters." + item.key(), view(buf), root_rank));
   }
-  for (auto& h : hs) wait_with(h, timeout);
+  for (auto& h : hs) h.wait_up_to(timeout);
   for (auto& tb : copy_back) tb.first.copy_(tb.second);
 }
 
@@ -468,11 +460,11 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_ra
   }
   std::vector<int64_t> len{static_cast<int64_t>(bytes.size())};
   Handle hl = broadcast_async(base + ".size", TensorView(len.data(), DataType::kInt64, Shape{1}), root_rank);
-  wait_with(hl, timeout);
+  hl.wait_up_to(timeout);
   std::vector<unsigned char> buf(static_cast<size_t>(len[0]));
   if (rank() == root_rank) std::copy(bytes.begin(), bytes.end(), buf.begin());
   Handle hb = broadcast_async(base + ".bytes", TensorView(buf.data(), DataType::kUInt8, Shape{len[0]}), root_rank);
-  wait_with(hb, timeout);
+  hb.wait_up_to(timeout);
   if (rank() == root_rank) return;
   ::torch::serialize::InputArchive archive;
   archive.load_from(reinterpret_cast<const char*>(buf.data()), buf.size());

@@ -72,16 +72,22 @@ void write_device(Writer& w, const Device& d) {
 bool read_device(Reader& r, Device* d) {
   uint8_t k;
   int32_t i;
-  if (!r.pod(&k) || !r.pod(&i) || k > 1) return false;
+  if (!r.pod(&k) || !r.pod(&i) || k > static_cast<uint8_t>(Device::Kind::kCUDA)) return false;
   d->kind = static_cast<Device::Kind>(k);
   d->index = i;
   return true;
 }
 
+// The last enumerator of each enum on the wire: a byte past it is a corrupt message. Update
+// these when an enumerator is added (the numeric values are part of the wire format).
+constexpr OpType kLastOpType = static_cast<OpType>(kMaxOpType);
+constexpr DataType kLastDataType = DataType::kBool;
+constexpr ReduceOp kLastReduceOp = ReduceOp::kProduct;
+
 template <typename E>
-bool read_enum(Reader& r, E* e, uint8_t max) {
+bool read_enum(Reader& r, E* e, E last) {
   uint8_t v;
-  if (!r.pod(&v) || v > max) return false;
+  if (!r.pod(&v) || v > static_cast<uint8_t>(last)) return false;
   *e = static_cast<E>(v);
   return true;
 }
@@ -103,9 +109,9 @@ void write_request(Writer& w, const Request& q) {
 }
 
 bool read_request(Reader& r, Request* q) {
-  return r.pod(&q->rank) && read_enum(r, &q->op, kMaxOpType) && r.str(&q->name) &&
-         read_enum(r, &q->dtype, 9) && r.i64s(&q->shape) && read_device(r, &q->device) &&
-         read_enum(r, &q->reduce_op, 4) && r.pod(&q->prescale) && r.pod(&q->postscale) &&
+  return r.pod(&q->rank) && read_enum(r, &q->op, kLastOpType) && r.str(&q->name) &&
+         read_enum(r, &q->dtype, kLastDataType) && r.i64s(&q->shape) && read_device(r, &q->device) &&
+         read_enum(r, &q->reduce_op, kLastReduceOp) && r.pod(&q->prescale) && r.pod(&q->postscale) &&
          r.pod(&q->root) && r.str(&q->group) && r.pod(&q->group_size) && r.i64s(&q->splits);
 }
 
@@ -127,9 +133,9 @@ void write_response(Writer& w, const Response& s) {
 }
 
 bool read_response(Reader& r, Response* s) {
-  return read_enum(r, &s->op, kMaxOpType) && r.str(&s->name) && r.str(&s->error) &&
-         read_enum(r, &s->dtype, 9) && r.i64s(&s->shape) && read_device(r, &s->device) &&
-         read_enum(r, &s->reduce_op, 4) && r.pod(&s->prescale) && r.pod(&s->postscale) &&
+  return read_enum(r, &s->op, kLastOpType) && r.str(&s->name) && r.str(&s->error) &&
+         read_enum(r, &s->dtype, kLastDataType) && r.i64s(&s->shape) && read_device(r, &s->device) &&
+         read_enum(r, &s->reduce_op, kLastReduceOp) && r.pod(&s->prescale) && r.pod(&s->postscale) &&
          r.pod(&s->root) && r.str(&s->group) && r.pod(&s->group_size) && r.i64s(&s->first_dims) &&
          r.i64s(&s->all_splits);
 }

@@ -63,6 +63,14 @@ void Handle::wait(std::chrono::milliseconds timeout) const {
   }
 }
 
+void Handle::wait_up_to(std::chrono::milliseconds timeout) const {
+  if (timeout.count() > 0) {
+    wait(timeout);
+  } else {
+    wait();
+  }
+}
+
 ErrorCode Handle::error_code() const {
   return must(state_).done() ? state_->status().code() : ErrorCode::kOk;
 }

@@ -27,13 +27,16 @@ class HandleState {
 
   /// Completes one part; the whole once every part has completed.
   void complete(const Status& status);
-  /// Stores the library-allocated result of part `index` (before complete()).
+  /// Stores the library-allocated result of part `index` (before that part's complete()).
+  /// Parts of one handle may be completed by different threads (a transport's own thread).
   void set_result(int index, Tensor t) {
+    std::lock_guard<std::mutex> lk(mu_);
     results_.resize(static_cast<size_t>(parts_));  // allocated only by ops with results
     results_[static_cast<size_t>(index)] = std::move(t);
   }
   /// Alltoall: the rows part `index` received from each rank.
   void set_splits(int index, std::vector<int64_t> s) {
+    std::lock_guard<std::mutex> lk(mu_);
     splits_.resize(static_cast<size_t>(parts_));
     splits_[static_cast<size_t>(index)] = std::move(s);
   }

@@ -4,63 +4,30 @@
 #include <algorithm>
 #include <chrono>
 
-#include "backends/mpi/mpi_control_plane.h"
-#include "backends/mpi/mpi_data_plane.h"
-#include "backends/shm/shm_setup.h"
 #include "common/logging.h"
 #include "core/timeline.h"
-#include "horovod_cpp_build_config.h"
-#if HOROVOD_CPP_HAVE_NCCL
-#include "backends/nccl/nccl_runner.h"
-#endif
 
 namespace hvd {
 
-ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank, MPI_Comm data,
-                       MPI_Comm control, const MpiContext* mpi, const Config& config,
-                       Timeline* timeline)
+ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank,
+                                 std::unique_ptr<SetPlanes> planes, const Config& config,
+                                 Timeline* timeline)
     : id_(id),
       global_ranks_(std::move(global_ranks)),
       config_(config),
       timeline_(timeline),
-      data_comm_(data),
-      control_comm_(control) {
+      planes_(std::move(planes)) {
   rank_ = static_cast<int>(std::find(global_ranks_.begin(), global_ranks_.end(), my_global_rank) -
                            global_ranks_.begin());
-  control_ = std::make_unique<MpiControlPlane>(control_comm_, rank_, size());
-  data_ = std::make_unique<MpiDataPlane>(mpi, data_comm_, config_.reduce_chunk_bytes);
   ControllerOptions copts;
   copts.cache_capacity = static_cast<uint32_t>(config_.cache_capacity);
   copts.stall_check_seconds = config_.stall_check_seconds;
   copts.stall_check_disabled = config_.stall_check_disabled;
   copts.stall_shutdown_seconds = config_.stall_shutdown_seconds;
-  controller_ = std::make_unique<Controller>(control_.get(), copts);
-  if (config_.shm_enabled) {
-    std::string why_not;
-    shm_ = make_shm_allreduce(data_comm_, id_, config_.shm_chunk_bytes, &why_not);
-    if (!shm_ && size() > 1) {
-      HVD_LOG(kInfo) << "process set " << id_ << ": shared-memory allreduce unavailable ("
-                     << why_not << "); CPU allreduces use MPI";
-    }
-  }
-  HVD_LOG(kDebug) << "process set " << id_ << ": CPU allreduce through "
-                  << (shm_ ? "shared memory (large) and MPI (small)" : "MPI");
-  executor_ = std::make_unique<Executor>(data_.get(), rank_, size(), config_.fusion_threshold_bytes,
+  controller_ = std::make_unique<Controller>(planes_->control.get(), copts);
+  HVD_LOG(kDebug) << "process set " << id_ << ": transports " << planes_->transports->describe();
+  executor_ = std::make_unique<Executor>(planes_->transports.get(), config_.fusion_threshold_bytes,
                                          global_ranks_, timeline_);
-  executor_->set_shm(shm_.get(), config_.shm_min_bytes);
-#if HOROVOD_CPP_HAVE_NCCL
-  // GPU data plane: the runner makes its NCCL communicator on the first CUDA collective.
-  NcclRunnerOptions gpu;
-  gpu.set_id = id_;
-  gpu.rank = rank_;
-  gpu.size = size();
-  gpu.global_ranks = global_ranks_;
-  gpu.data_comm = data_comm_;
-  gpu.mpi = mpi;
-  gpu.config = config_;
-  device_runner_ = make_nccl_runner(gpu);
-  executor_->set_device_runner(device_runner_.get());
-#endif
   if (timeline_) {
     Timeline* tl = timeline_;
     controller_->set_request_observer([tl](const std::string& name, int r) {
@@ -72,12 +39,11 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
 
 ProcessSetState::~ProcessSetState() {
   shutdown();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
-    MPI_Comm_free(&data_comm_);
-    MPI_Comm_free(&control_comm_);
-  }
+  // The transports finish what they still run (GPU work completes its handles), then the
+  // planes release their communicators.
+  executor_.reset();
+  controller_.reset();
+  planes_.reset();
 }
 
 std::string ProcessSetState::stop_reason() const {

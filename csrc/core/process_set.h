@@ -1,8 +1,9 @@
 // Copyright horovod_cpp authors. A process set: a group of ranks that negotiate and run
 // collectives together, independently of every other set.
 //
-// Each set owns its communicators, control and data planes, controller (negotiation, response
-// cache, stall report), executor and background thread, so one set's stall or slow collective
+// Each set owns its planes (control plane and transports, made by the runtime's World or, in
+// unit tests, in-process ones), controller (negotiation, response cache, stall report),
+// executor and background thread, so one set's stall or slow collective
 // never holds up another set's work. Set 0 holds every rank.
 //
 // Threads: user threads call enqueue() (any number, concurrently); the set's background thread
@@ -19,13 +20,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/data_plane.h"
-#include "backends/mpi/mpi_context.h"
-#include "backends/shm/shm_allreduce.h"
+#include "backends/world.h"
 #include "common/config.h"
-#include "coordination/control_plane.h"
 #include "coordination/controller.h"
-#include "core/device_runner.h"
 #include "core/executor.h"
 #include "core/tensor_entry.h"
 
@@ -35,10 +32,9 @@ class Timeline;
 
 class ProcessSetState {
  public:
-  /// Takes ownership of `data` and `control` (this rank must be a member) and starts the
-  /// background thread.
-  ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank, MPI_Comm data,
-             MPI_Comm control, const MpiContext* mpi, const Config& config, Timeline* timeline);
+  /// Takes ownership of `planes` (this rank must be a member) and starts the background thread.
+  ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank,
+                  std::unique_ptr<SetPlanes> planes, const Config& config, Timeline* timeline);
   ~ProcessSetState();
   ProcessSetState(const ProcessSetState&) = delete;
   ProcessSetState& operator=(const ProcessSetState&) = delete;
@@ -47,6 +43,8 @@ class ProcessSetState {
   const std::vector<int>& ranks() const { return global_ranks_; }
   int rank() const { return rank_; }  ///< this rank's index in ranks()
   int size() const { return static_cast<int>(global_ranks_.size()); }
+  /// The set's transports, in the order they are tried (read-only after construction).
+  const TransportRegistry& transports() const { return *planes_->transports; }
 
   /// A fresh "<op>.noname.<n>" name for an unnamed call: n counts this set's unnamed calls of
   /// that op on this rank, so unnamed calls must come in the same order on every member.
@@ -79,12 +77,8 @@ class ProcessSetState {
   int rank_ = -1;
   const Config config_;
   Timeline* timeline_;
-  MPI_Comm data_comm_, control_comm_;
-  std::unique_ptr<ControlPlane> control_;
-  std::unique_ptr<DataPlane> data_;
-  std::unique_ptr<ShmAllreduce> shm_;  // null when shared memory is off or unavailable
+  std::unique_ptr<SetPlanes> planes_;  // outlives controller_ and executor_, which use it
   std::unique_ptr<Controller> controller_;
-  std::unique_ptr<DeviceRunner> device_runner_;  // GPU data plane (NCCL builds); before executor_
   std::unique_ptr<Executor> executor_;
 
   mutable std::mutex mu_;

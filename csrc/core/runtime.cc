@@ -21,22 +21,22 @@ Status Runtime::create(const InitOptions& options, std::unique_ptr<Runtime>* out
 Status Runtime::start(const InitOptions& options) {
   HVD_RETURN_IF_ERROR(Config::from_env(&config_));
   set_log_level(config_.log_level);
-  HVD_RETURN_IF_ERROR(mpi_.init(options.use_comm, static_cast<MPI_Fint>(options.mpi_comm_fortran)));
-  set_log_rank(mpi_.rank());
+  HVD_RETURN_IF_ERROR(make_world(options, &world_));
+  set_log_rank(world_->rank());
   Status agree = check_config_agreement();
   if (!agree.ok()) {
-    mpi_.release();
+    world_.reset();
     return agree;
   }
-  HVD_LOG(kDebug) << "config: " << config_.describe() << "; rank " << mpi_.rank() << "/"
-                  << mpi_.size() << " local " << mpi_.local_rank() << "/" << mpi_.local_size()
-                  << " cross " << mpi_.cross_rank() << "/" << mpi_.cross_size();
-  timeline_ = std::make_unique<Timeline>(mpi_.rank());
+  HVD_LOG(kDebug) << "config: " << config_.describe() << "; rank " << world_->rank() << "/"
+                  << world_->size() << " local " << world_->local_rank() << "/" << world_->local_size()
+                  << " cross " << world_->cross_rank() << "/" << world_->cross_size();
+  timeline_ = std::make_unique<Timeline>(world_->rank());
   if (!config_.timeline_path.empty()) {
     HVD_RETURN_IF_ERROR(timeline_->start(config_.timeline_path, config_.timeline_mark_cycles));
   }
-  std::vector<int> all(static_cast<size_t>(mpi_.size()));
-  for (int r = 0; r < mpi_.size(); ++r) all[static_cast<size_t>(r)] = r;
+  std::vector<int> all(static_cast<size_t>(world_->size()));
+  for (int r = 0; r < world_->size(); ++r) all[static_cast<size_t>(r)] = r;
   int id = 0;
   HVD_RETURN_IF_ERROR(add_process_set(all, &id));
   for (const auto& ranks : options.process_sets) {
@@ -49,19 +49,18 @@ Status Runtime::start(const InitOptions& options) {
 // (identical caches), the fusion plan and the chunking (matching MPI calls).
 Status Runtime::check_config_agreement() {
   constexpr int kN = 6;
-  long long mine[kN] = {config_.cache_capacity,       config_.fusion_threshold_bytes,
+  std::vector<int64_t> mine = {config_.cache_capacity,       config_.fusion_threshold_bytes,
                         config_.reduce_chunk_bytes,   config_.shm_enabled ? 1 : 0,
                         config_.shm_min_bytes,        config_.shm_chunk_bytes};
   const char* names[kN] = {"HOROVOD_CACHE_CAPACITY",    "HOROVOD_FUSION_THRESHOLD",
                            "HOROVOD_CPP_REDUCE_CHUNK_BYTES", "HOROVOD_CPP_SHM",
                            "HOROVOD_CPP_SHM_MIN_BYTES", "HOROVOD_CPP_SHM_CHUNK_BYTES"};
-  std::vector<long long> all(kN * static_cast<size_t>(mpi_.size()));
-  HVD_MPI_CHECK(MPI_Allgather(mine, kN, MPI_LONG_LONG, all.data(), kN, MPI_LONG_LONG,
-                              mpi_.base_comm()));
+  std::vector<int64_t> all;
+  HVD_RETURN_IF_ERROR(world_->allgather(mine, &all));
   for (int k = 0; k < kN; ++k) {
-    for (int r = 1; r < mpi_.size(); ++r) {
-      const long long v0 = all[static_cast<size_t>(k)];
-      const long long vr = all[static_cast<size_t>(kN * r + k)];
+    for (int r = 1; r < world_->size(); ++r) {
+      const int64_t v0 = all[static_cast<size_t>(k)];
+      const int64_t vr = all[static_cast<size_t>(kN * r + k)];
       if (v0 != vr) {
         std::ostringstream os;
         os << names[k] << " must be the same on every rank: rank 0 has " << v0 << ", rank " << r
@@ -76,12 +75,12 @@ Status Runtime::check_config_agreement() {
 Runtime::~Runtime() {
   shutdown();
   timeline_.reset();
-  mpi_.release();
+  world_.reset();
 }
 
 Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
   std::sort(ranks.begin(), ranks.end());
-  const int n = mpi_.size();
+  const int n = world_->size();
   std::string local_error;
   if (ranks.empty()) local_error = "add_process_set: the set is empty";
   for (size_t i = 0; i < ranks.size() && local_error.empty(); ++i) {
@@ -93,9 +92,8 @@ Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
     }
   }
   // Every rank must pass the same list: compare with rank 0's (and agree on local errors).
-  long long len = local_error.empty() ? static_cast<long long>(ranks.size()) : -1;
-  std::vector<long long> lens(static_cast<size_t>(n));
-  HVD_MPI_CHECK(MPI_Allgather(&len, 1, MPI_LONG_LONG, lens.data(), 1, MPI_LONG_LONG, mpi_.base_comm()));
+  std::vector<int64_t> lens;
+  HVD_RETURN_IF_ERROR(world_->allgather({local_error.empty() ? static_cast<int64_t>(ranks.size()) : -1}, &lens));
   for (int r = 0; r < n; ++r) {
     if (lens[static_cast<size_t>(r)] < 0) {
       return Status::InvalidArgument(local_error.empty()
@@ -105,18 +103,16 @@ Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
     }
   }
   std::vector<int> root_ranks = ranks;
-  root_ranks.resize(static_cast<size_t>(lens[0]));
-  HVD_MPI_CHECK(MPI_Bcast(root_ranks.data(), static_cast<int>(lens[0]), MPI_INT, 0, mpi_.base_comm()));
-  int differs = root_ranks != ranks ? 1 : 0;
-  std::vector<int> all_differ(static_cast<size_t>(n));
-  HVD_MPI_CHECK(MPI_Allgather(&differs, 1, MPI_INT, all_differ.data(), 1, MPI_INT, mpi_.base_comm()));
+  HVD_RETURN_IF_ERROR(world_->broadcast(&root_ranks, static_cast<int>(lens[0])));
+  std::vector<int64_t> all_differ;
+  HVD_RETURN_IF_ERROR(world_->allgather({root_ranks != ranks ? 1 : 0}, &all_differ));
   for (int r = 0; r < n; ++r) {
     if (all_differ[static_cast<size_t>(r)]) {
       std::ostringstream os;
       os << "add_process_set: every rank must pass the same ranks; rank 0 passed [";
       for (size_t i = 0; i < root_ranks.size(); ++i) os << (i ? "," : "") << root_ranks[i];
       os << "] but rank " << r << " passed a different list";
-      if (r == mpi_.rank()) {
+      if (r == world_->rank()) {
         os << " [";
         for (size_t i = 0; i < ranks.size(); ++i) os << (i ? "," : "") << ranks[i];
         os << "]";
@@ -130,12 +126,12 @@ Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
 }
 
 Status Runtime::create_set(std::vector<int> ranks, int id) {
-  MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
-  HVD_RETURN_IF_ERROR(mpi_.make_comms(ranks, &data, &control));
+  std::unique_ptr<SetPlanes> planes;
+  HVD_RETURN_IF_ERROR(world_->make_set(id, ranks, config_, &planes));
   set_ranks_[id] = ranks;
-  if (data != MPI_COMM_NULL) {
-    sets_[id] = std::make_shared<ProcessSetState>(id, std::move(ranks), mpi_.rank(), data, control,
-                                             &mpi_, config_, timeline_.get());
+  if (planes) {
+    sets_[id] = std::make_shared<ProcessSetState>(id, std::move(ranks), world_->rank(),
+                                                  std::move(planes), config_, timeline_.get());
   }
   return Status::OK();
 }
@@ -172,7 +168,7 @@ Status Runtime::find_set(int id, std::shared_ptr<ProcessSetState>* out) const {
                                    " does not exist (or was removed)");
   }
   std::ostringstream os;
-  os << "rank " << mpi_.rank() << " is not a member of process set " << id << " (ranks ";
+  os << "rank " << world_->rank() << " is not a member of process set " << id << " (ranks ";
   for (size_t i = 0; i < rit->second.size(); ++i) os << (i ? "," : "") << rit->second[i];
   os << ")";
   return Status::InvalidArgument(os.str());

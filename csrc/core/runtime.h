@@ -1,7 +1,8 @@
 // Copyright horovod_cpp authors. The Runtime: the one object that owns everything.
 //
-// Made by hvd::init() and destroyed by hvd::shutdown(). It owns the configuration, the MPI
-// context and the process sets (set 0 = every rank), each with its own background thread.
+// Made by hvd::init() and destroyed by hvd::shutdown(). It owns the configuration, the World
+// (backends/world.h: the job's communication layer, MPI; it builds each set's planes) and the
+// process sets (set 0 = every rank), each with its own background thread.
 // Process sets are added and removed collectively, from user threads, under `sets_mu_`.
 #pragma once
 
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/mpi/mpi_context.h"
+#include "backends/world.h"
 #include "common/config.h"
 #include "core/process_set.h"
 #include "horovod_cpp/api.h"
@@ -41,7 +42,7 @@ class Runtime {
   bool running() const;
 
   const Config& config() const { return config_; }
-  const MpiContext& mpi() const { return mpi_; }
+  const World& world() const { return *world_; }
   Timeline* timeline() { return timeline_.get(); }
 
  private:
@@ -51,7 +52,7 @@ class Runtime {
   Status create_set(std::vector<int> ranks, int id);
 
   Config config_;
-  MpiContext mpi_;
+  std::unique_ptr<World> world_;
   std::unique_ptr<Timeline> timeline_;
   mutable std::mutex sets_mu_;
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only

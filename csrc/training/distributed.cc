@@ -48,14 +48,6 @@ bool get_str(const unsigned char*& p, const unsigned char* end, std::string& s) 
   return true;
 }
 
-void wait_with(const Handle& h, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) {
-    h.wait(timeout);
-  } else {
-    h.wait();
-  }
-}
-
 }  // namespace
 
 namespace {
@@ -74,12 +66,12 @@ void check_entries_consistent(const std::vector<Described>& local, const std::st
   Handle h = allgather_async(
       cname, TensorView(bytes.empty() ? nullptr : bytes.data(), DataType::kUInt8,
                         Shape{static_cast<int64_t>(bytes.size())}));
-  wait_with(h, timeout);
+  h.wait_up_to(timeout);
   Tensor all = h.result();
   // Every rank's byte count, to split the concatenation.
   std::vector<int64_t> mine{static_cast<int64_t>(bytes.size())};
   Handle hs = allgather_async(cname + ".sizes", TensorView(mine.data(), DataType::kInt64, Shape{1}));
-  wait_with(hs, timeout);
+  hs.wait_up_to(timeout);
   Tensor sizes = hs.result();
   const int n = size();
   std::vector<std::vector<Described>> per_rank(static_cast<size_t>(n));
@@ -291,7 +283,7 @@ void DistributedOptimizer::start(size_t i) {
   s.started = true;
 }
 
-void DistributedOptimizer::wait_handle(const Handle& h) { wait_with(h, opts_.timeout); }
+void DistributedOptimizer::wait_handle(const Handle& h) { h.wait_up_to(opts_.timeout); }
 
 void DistributedOptimizer::finish(size_t i) {
   Slot& s = *slots_[i];
@@ -369,7 +361,7 @@ void broadcast_parameters(const ParameterList& params, int root_rank, std::chron
   check_entries_consistent(local, "broadcast_parameters", "parameter", timeout);
   std::vector<Handle> hs;
   for (const auto& p : params) hs.push_back(broadcast_async("broadcast_parameters." + p->name(), p->value_view(), root_rank));
-  for (auto& h : hs) wait_with(h, timeout);
+  for (auto& h : hs) h.wait_up_to(timeout);
 }
 
 void broadcast_optimizer_state(Optimizer& optimizer, int root_rank, std::chrono::milliseconds timeout) {
@@ -390,7 +382,7 @@ void broadcast_optimizer_state(Optimizer& optimizer, int root_rank, std::chrono:
                                  TensorView(hv.data(), DataType::kFloat64, Shape{static_cast<int64_t>(hv.size())}),
                                  root_rank));
   }
-  for (auto& h : hs) wait_with(h, timeout);
+  for (auto& h : hs) h.wait_up_to(timeout);
   for (size_t i = 0; i < hp.size(); ++i) *hp[i].second = hv[i];
 }
 

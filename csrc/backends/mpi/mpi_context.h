@@ -15,12 +15,14 @@ namespace hvd {
 /// Text of an MPI error code, for messages.
 std::string mpi_error_string(int code);
 
-/// Wraps an MPI call: returns a Backend status naming the call and MPI's message on failure.
+/// Wraps an MPI call: returns a Backend status naming the call, where it was made
+/// (file:line) and MPI's message on failure.
 #define HVD_MPI_CHECK(call)                                                                \
   do {                                                                                     \
     int _hvd_rc = (call);                                                                  \
     if (_hvd_rc != MPI_SUCCESS) {                                                          \
-      return ::hvd::Status::Backend(std::string(#call) + " failed: " +                     \
+      return ::hvd::Status::Backend(std::string(#call) + " failed at " __FILE__ ":" +      \
+                                    std::to_string(__LINE__) + ": " +                      \
                                     ::hvd::mpi_error_string(_hvd_rc));                     \
     }                                                                                      \
   } while (0)

@@ -40,7 +40,7 @@ inline std::string nccl_error_message(ncclResult_t r, ncclComm_t comm) {
   } while (0)
 
 /// A failed NCCL call. ncclInProgress is not a failure: the communicators are non-blocking,
-/// and the caller waits for the operation to settle (NcclRunner::settle).
+/// and the caller waits for the operation to settle (NcclTransport::settle).
 #define HVD_NCCL_CHECK(call, comm, ctx)                                                     \
   do {                                                                                      \
     ncclResult_t _hvd_nr = (call);                                                          \

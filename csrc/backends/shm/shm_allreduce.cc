@@ -68,7 +68,10 @@ class Pieces {
 
 }  // namespace
 
-// One per rank, at the start of its segment; each counter on its own cache line.
+// One per rank, at the start of its segment. alignas applies to the array, not to each
+// element: the three counters share one cache line. That is intended: only the owning rank
+// writes them (peers only read), and each advances once per chunk. The slots start
+// kHeaderBytes into the segment, on lines of their own.
 struct ShmAllreduce::Header {
   alignas(64) std::atomic<uint64_t> counter[3];  // published, reduced, collected (chunks)
   char pad[64 * 3];

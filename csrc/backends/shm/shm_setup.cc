@@ -5,10 +5,17 @@
 
 #include <chrono>
 
+#include "backends/mpi/mpi_context.h"
+
 namespace hvd {
 namespace {
 
-// True on every rank iff `ok` on every rank.
+// "MPI_Xxx failed: <MPI's message>" for the reason shared memory is not used.
+std::string failed(const char* call, int rc) {
+  return std::string(call) + " failed: " + mpi_error_string(rc);
+}
+
+// True on every rank iff `ok` on every rank (false as well if the exchange itself fails).
 bool all_agree(MPI_Comm comm, bool ok) {
   int mine = ok ? 1 : 0, all = 0;
   if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) return false;
@@ -20,26 +27,41 @@ bool all_agree(MPI_Comm comm, bool ok) {
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
                                                  std::string* why_not) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  int rc = MPI_Comm_rank(comm, &rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
+  if (rc != MPI_SUCCESS) {  // the communicator is unusable on this rank: so are the others
+    *why_not = failed("MPI_Comm_rank/MPI_Comm_size", rc);
+    return nullptr;
+  }
   if (size < 2) {
     *why_not = "a single rank needs no communication";
     return nullptr;
   }
   MPI_Comm local = MPI_COMM_NULL;
   int local_size = 0;
-  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
-    MPI_Comm_size(local, &local_size);
+  std::string split_error;
+  rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Comm_size(local, &local_size);
+    if (rc != MPI_SUCCESS) split_error = failed("MPI_Comm_size (host communicator)", rc);
     MPI_Comm_free(&local);
+  } else {
+    split_error = failed("MPI_Comm_split_type", rc);
   }
-  if (!all_agree(comm, local_size == size)) {
-    *why_not = "the ranks are on more than one host";
+  if (!all_agree(comm, split_error.empty() && local_size == size)) {
+    *why_not = !split_error.empty() ? split_error : local_size != size
+        ? "the ranks are on more than one host" : "another rank could not find its host's ranks";
     return nullptr;
   }
   // A name unique to this job, set and moment: rank 0's pid and clock.
   long long id[2] = {static_cast<long long>(getpid()),
                      static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count())};
-  MPI_Bcast(id, 2, MPI_LONG_LONG, 0, comm);
+  rc = MPI_Bcast(id, 2, MPI_LONG_LONG, 0, comm);
+  if (!all_agree(comm, rc == MPI_SUCCESS)) {
+    *why_not = rc != MPI_SUCCESS ? failed("MPI_Bcast (segment name)", rc)
+                                 : "another rank did not receive the segment name";
+    return nullptr;
+  }
   const std::string tag = std::to_string(id[0]) + "." + std::to_string(set_id) + "." +
                           std::to_string(id[1] % 1000000007LL);
   std::unique_ptr<ShmAllreduce> shm;
@@ -53,8 +75,13 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
     *why_not = s.ok() ? "another rank could not map the shared-memory segments" : s.message();
     return nullptr;
   }
-  MPI_Barrier(comm);  // everyone has mapped everyone: the names can go
+  rc = MPI_Barrier(comm);  // everyone has mapped everyone: the names can go
   shm->unlink();
+  if (!all_agree(comm, rc == MPI_SUCCESS)) {
+    *why_not = rc != MPI_SUCCESS ? failed("MPI_Barrier (after mapping)", rc)
+                                 : "another rank failed the barrier after mapping";
+    return nullptr;
+  }
   return shm;
 }
 

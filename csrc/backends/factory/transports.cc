@@ -1,0 +1,21 @@
+// Copyright horovod_cpp authors.
+#include "backends/factory/transports.h"
+
+#include "backends/mpi/mpi_transport.h"
+#include "backends/shm/shm_transport.h"
+#include "horovod_cpp_build_config.h"
+#if HOROVOD_CPP_HAVE_NCCL
+#include "backends/nccl/nccl_transport.h"
+#endif
+
+namespace hvd {
+
+void register_transports(const TransportContext& ctx, TransportRegistry* registry) {
+  registry->add(make_shm_transport(ctx));   // CPU allreduces on one host, large enough
+  registry->add(make_mpi_transport(ctx));   // every CPU collective
+#if HOROVOD_CPP_HAVE_NCCL
+  registry->add(make_nccl_transport(ctx));  // CUDA tensors
+#endif
+}
+
+}  // namespace hvd

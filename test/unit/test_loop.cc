@@ -1,0 +1,357 @@
+// Copyright horovod_cpp authors. The whole background loop in one process: N ranks are N
+// process sets on in-process control and data planes (in_process_data_plane.h), each with its
+// own background thread, fed by the test's threads as users' threads would. Negotiation,
+// ordering, the response cache, fusion, the executor, the transport registry, join, stalls,
+// shutdown and error paths run exactly as under mpirun, without MPI (and under TSan).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/handle_state.h"
+#include "in_process_data_plane.h"
+
+using namespace hvd;
+using namespace hvd::testing;
+
+namespace {
+
+constexpr auto kDeadline = std::chrono::seconds(30);
+
+Config test_config() {
+  Config c;
+  c.cycle_time_ms = 0.5;
+  c.stall_check_seconds = 60;
+  return c;
+}
+
+// One submitted tensor: the entry's request and memory, and its handle.
+struct Op {
+  std::vector<float> data;
+  std::shared_ptr<detail::HandleState> handle;
+};
+
+TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
+                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part = 0) {
+  TensorEntry e;
+  e.request.rank = rank;
+  e.request.op = op;
+  e.request.name = name;
+  e.request.dtype = dtype;
+  e.request.shape = shape;
+  e.input = TensorView(data, dtype, shape);
+  e.output = e.input;
+  e.handle = handle;
+  e.part = part;
+  return e;
+}
+
+// Submits one tensor on `set`; throws if the submission is refused.
+std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e) {
+  auto h = e.handle ? e.handle : std::make_shared<detail::HandleState>(e.request.name, 1);
+  e.handle = h;
+  std::vector<TensorEntry> v;
+  v.push_back(std::move(e));
+  throw_if_error(set.enqueue(std::move(v)));
+  return h;
+}
+
+// Waits (bounded) and returns the handle's status.
+Status finish(const std::shared_ptr<detail::HandleState>& h) {
+  if (!h->wait_until(std::chrono::steady_clock::now() + kDeadline)) {
+    return Status::Backend("'" + h->name() + "' did not complete within 30 s");
+  }
+  return h->status();
+}
+
+void require_ok(const std::shared_ptr<detail::HandleState>& h) { throw_if_error(finish(h)); }
+
+float value(int rank, int tensor, int i) { return static_cast<float>(rank * 1000 + tensor * 10 + i % 7); }
+
+// Checks every element of `got` against `expect(i)`; throws naming the first difference.
+template <typename T, typename F>
+void check_all(const std::string& what, const T* got, int64_t n, F expect) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (got[i] != expect(i)) {
+      throw std::runtime_error(what + ": element " + std::to_string(i) + " is " +
+                               std::to_string(got[i]) + ", expected " + std::to_string(expect(i)));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("loop: allreduces submitted in different orders complete with the right sums", "[loop]") {
+  const int n = GENERATE(1, 2, 3, 4);
+  InProcessSets sets(n, test_config());
+  const int kTensors = 12, kLen = 37;
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<std::vector<float>> bufs(kTensors);
+    std::vector<std::shared_ptr<detail::HandleState>> hs(kTensors);
+    std::vector<int> order(kTensors);
+    for (int t = 0; t < kTensors; ++t) order[static_cast<size_t>(t)] = t;
+    if (rank % 2) std::reverse(order.begin(), order.end());  // every rank its own order
+    for (int t : order) {
+      auto& b = bufs[static_cast<size_t>(t)];
+      b.resize(kLen);
+      for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, t, i);
+      TensorEntry e = entry(rank, OpType::kAllreduce, "grad." + std::to_string(t), b.data(),
+                            DataType::kFloat32, {kLen}, nullptr);
+      e.request.reduce_op = t % 3 == 0 ? ReduceOp::kAverage : ReduceOp::kSum;
+      hs[static_cast<size_t>(t)] = submit(sets.set(rank), std::move(e));
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      require_ok(hs[static_cast<size_t>(t)]);
+      check_all("grad." + std::to_string(t), bufs[static_cast<size_t>(t)].data(), kLen, [&](int64_t i) {
+        float s = 0;
+        for (int r = 0; r < n; ++r) s += value(r, t, static_cast<int>(i));
+        return t % 3 == 0 ? s / static_cast<float>(n) : s;
+      });
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: allgather, broadcast, alltoall, reducescatter, barrier through the registry", "[loop]") {
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  const std::string err = on_ranks(n, [&](int rank) {
+    ProcessSetState& set = sets.set(rank);
+    // allgather: rank r contributes r+1 rows of 3 int32s.
+    std::vector<int32_t> mine(static_cast<size_t>((rank + 1) * 3));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = rank * 100 + static_cast<int32_t>(i);
+    auto hg = submit(set, entry(rank, OpType::kAllgather, "ag", mine.data(), DataType::kInt32,
+                                {rank + 1, 3}, nullptr));
+    // broadcast from the last rank.
+    std::vector<double> bc(5, rank);
+    TensorEntry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64, {5}, nullptr);
+    eb.request.root = n - 1;
+    auto hb = submit(set, std::move(eb));
+    // alltoall: one row of 2 floats to each rank.
+    std::vector<float> a2a(static_cast<size_t>(n * 2));
+    for (size_t i = 0; i < a2a.size(); ++i) a2a[i] = static_cast<float>(rank * 10 + static_cast<int>(i));
+    TensorEntry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32, {n, 2}, nullptr);
+    ea.request.splits.assign(static_cast<size_t>(n), 1);
+    auto ha = submit(set, std::move(ea));
+    // reducescatter (sum) of 2n rows of 1.
+    std::vector<float> rs(static_cast<size_t>(2 * n));
+    for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(rank + static_cast<int>(i));
+    auto hr = submit(set, entry(rank, OpType::kReducescatter, "rs", rs.data(), DataType::kFloat32,
+                                {2 * n, 1}, nullptr));
+    auto hbar = submit(set, entry(rank, OpType::kBarrier, "bar", nullptr, DataType::kUInt8, {0}, nullptr));
+    for (auto* h : {&hg, &hb, &ha, &hr, &hbar}) require_ok(*h);
+
+    const Tensor& g = hg->results().at(0);
+    int64_t row = 0;
+    for (int r = 0; r < n; ++r) {
+      check_all("allgather block of rank " + std::to_string(r), g.data_as<int32_t>() + row * 3,
+                (r + 1) * 3, [&](int64_t i) { return static_cast<int32_t>(r * 100 + i); });
+      row += r + 1;
+    }
+    check_all("broadcast", bc.data(), 5, [&](int64_t) { return static_cast<double>(n - 1); });
+    const Tensor& a = ha->results().at(0);
+    for (int r = 0; r < n; ++r) {  // row r came from rank r: its elements 2*rank, 2*rank+1
+      check_all("alltoall row from rank " + std::to_string(r), a.data_as<float>() + 2 * r, 2,
+                [&](int64_t i) { return static_cast<float>(r * 10 + 2 * rank + static_cast<int>(i)); });
+    }
+    CHECK_NOTHROW(ha->splits().at(0).size() == static_cast<size_t>(n));
+    const Tensor& s = hr->results().at(0);
+    check_all("reducescatter", s.data_as<float>(), 2, [&](int64_t i) {
+      float sum = 0;
+      for (int r = 0; r < n; ++r) sum += static_cast<float>(r + 2 * rank + static_cast<int>(i));
+      return sum;
+    });
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: a group is fused into one reduction; threshold 0 runs one per tensor", "[loop]") {
+  const int n = GENERATE(2, 3);
+  const bool fuse = GENERATE(true, false);
+  Config cfg = test_config();
+  if (!fuse) cfg.fusion_threshold_bytes = 0;
+  const int kTensors = 20;
+  InProcessSets sets(n, cfg);
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<std::vector<float>> bufs(kTensors);
+    auto h = std::make_shared<detail::HandleState>("group", kTensors);
+    std::vector<TensorEntry> es;
+    for (int t = 0; t < kTensors; ++t) {
+      auto& b = bufs[static_cast<size_t>(t)];
+      b.resize(static_cast<size_t>(t + 1));
+      for (int i = 0; i <= t; ++i) b[static_cast<size_t>(i)] = value(rank, t, i);
+      TensorEntry e = entry(rank, OpType::kAllreduce, "f." + std::to_string(t), b.data(),
+                            DataType::kFloat32, {t + 1}, h, t);
+      e.request.group = "g";
+      e.request.group_size = kTensors;
+      es.push_back(std::move(e));
+    }
+    throw_if_error(sets.set(rank).enqueue(std::move(es)));
+    require_ok(h);
+    for (int t = 0; t < kTensors; ++t) {
+      check_all("f." + std::to_string(t), bufs[static_cast<size_t>(t)].data(), t + 1, [&](int64_t i) {
+        float s = 0;
+        for (int r = 0; r < n; ++r) s += value(r, t, static_cast<int>(i));
+        return s;
+      });
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+  sets.shutdown();
+  for (int r = 0; r < n; ++r) CHECK(sets.data(r).allreduces() == (fuse ? 1u : uint64_t(kTensors)));
+}
+
+TEST_CASE("loop: the registry gives each batch to the first transport that takes it", "[loop]") {
+  const int n = 2;
+  InProcessSets sets(n, test_config(), /*small_first=*/true, /*small_bytes=*/1024);
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<float> small(16, static_cast<float>(rank + 1)), large(1024, static_cast<float>(rank + 1));
+    require_ok(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "small", small.data(),
+                                            DataType::kFloat32, {16}, nullptr)));
+    require_ok(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "large", large.data(),
+                                            DataType::kFloat32, {1024}, nullptr)));
+    check_all("small", small.data(), 16, [](int64_t) { return 3.0f; });
+    check_all("large", large.data(), 1024, [](int64_t) { return 3.0f; });
+  });
+  INFO(err);
+  CHECK(err.empty());
+  sets.shutdown();
+  for (int r = 0; r < n; ++r) {
+    CHECK(sets.small(r).allreduces() == 1);
+    CHECK(sets.data(r).allreduces() == 1);
+  }
+  CHECK(sets.set(0).transports().describe() == "small, inproc");
+}
+
+TEST_CASE("loop: steady state runs from the response cache (no name gathering)", "[loop]") {
+  const int n = GENERATE(2, 3);
+  const int kSteps = 30;
+  InProcessSets sets(n, test_config());
+  const std::string err = on_ranks(n, [&](int rank) {
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<float> b(8, static_cast<float>(rank + step));
+      require_ok(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "w", b.data(),
+                                              DataType::kFloat32, {8}, nullptr)));
+      float expect = 0;
+      for (int r = 0; r < n; ++r) expect += static_cast<float>(r + step);
+      check_all("w step " + std::to_string(step), b.data(), 8, [&](int64_t) { return expect; });
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+  sets.shutdown();
+  // A full cycle gathers names; cached cycles only AND bit vectors. The first step and the
+  // shutdown need full cycles; the other steps hit the cache.
+  INFO("gathers on rank 0: " << sets.control(0).gathers());
+  CHECK(sets.control(0).gathers() < static_cast<uint64_t>(kSteps) / 2);
+}
+
+TEST_CASE("loop: a joined rank contributes zeros and join returns the last rank", "[loop]") {
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  std::vector<int64_t> last(static_cast<size_t>(n), -2);
+  const std::string err = on_ranks(n, [&](int rank) {
+    ProcessSetState& set = sets.set(rank);
+    if (rank == 0) {  // joins at once, with no data
+      auto hj = submit(set, entry(rank, OpType::kJoin, kJoinName, nullptr, DataType::kUInt8, {0}, nullptr));
+      require_ok(hj);
+      last[0] = hj->value();
+      return;
+    }
+    std::vector<float> b(10, static_cast<float>(rank));
+    require_ok(submit(set, entry(rank, OpType::kAllreduce, "late", b.data(), DataType::kFloat32, {10}, nullptr)));
+    float expect = 0;
+    for (int r = 1; r < n; ++r) expect += static_cast<float>(r);  // rank 0 adds zeros
+    check_all("late", b.data(), 10, [&](int64_t) { return expect; });
+    auto hj = submit(set, entry(rank, OpType::kJoin, kJoinName, nullptr, DataType::kUInt8, {0}, nullptr));
+    require_ok(hj);
+    last[static_cast<size_t>(rank)] = hj->value();
+  });
+  INFO(err);
+  CHECK(err.empty());
+  for (int r = 0; r < n; ++r) {
+    CHECK(last[static_cast<size_t>(r)] == last[0]);
+    CHECK(last[static_cast<size_t>(r)] >= 1);  // rank 0 joined first
+  }
+}
+
+TEST_CASE("loop: a shape mismatch fails on every rank naming the ranks; the next call works", "[loop]") {
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<float> b(static_cast<size_t>(rank + 2), 1.0f);
+    Status s = finish(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "bad", b.data(),
+                                                   DataType::kFloat32, {rank + 2}, nullptr)));
+    if (s.code() != ErrorCode::kMismatch) throw std::runtime_error("expected a mismatch, got: " + s.message());
+    if (s.message().find("'bad'") == std::string::npos || s.message().find("rank 1") == std::string::npos) {
+      throw std::runtime_error("message names neither tensor nor rank: " + s.message());
+    }
+    std::vector<float> ok(4, static_cast<float>(rank));
+    require_ok(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "after", ok.data(),
+                                            DataType::kFloat32, {4}, nullptr)));
+    check_all("after", ok.data(), 4, [&](int64_t) { return static_cast<float>(n * (n - 1) / 2); });
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: a transport failure reaches every rank's handle; the next call works", "[loop]") {
+  const int n = 2;
+  InProcessSets sets(n, test_config());
+  for (int r = 0; r < n; ++r) sets.data(r).fail_allreduce(1, "injected failure on rank " + std::to_string(r));
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<float> b(4, 1.0f);
+    Status s = finish(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "doomed", b.data(),
+                                                   DataType::kFloat32, {4}, nullptr)));
+    const std::string want = "allreduce 'doomed': injected failure on rank " + std::to_string(rank);
+    if (s.ok() || s.message() != want) throw std::runtime_error("got '" + s.message() + "', want '" + want + "'");
+    require_ok(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "fine", b.data(),
+                                            DataType::kFloat32, {4}, nullptr)));
+    check_all("fine", b.data(), 4, [&](int64_t) { return static_cast<float>(n); });
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: a stalled tensor shuts the set down and its handle says why", "[loop]") {
+  Config cfg = test_config();
+  cfg.stall_check_seconds = 0.2;
+  cfg.stall_shutdown_seconds = 0.5;
+  const int n = 2;
+  InProcessSets sets(n, cfg);
+  std::vector<float> b(4, 1.0f);
+  Status s = finish(submit(sets.set(0), entry(0, OpType::kAllreduce, "lonely", b.data(),
+                                              DataType::kFloat32, {4}, nullptr)));
+  CHECK(s.code() == ErrorCode::kShutdown);
+  CHECK(s.message().find("lonely") != std::string::npos);
+  INFO(s.message());
+  CHECK(s.message().find("1") != std::string::npos);  // names the missing rank
+  sets.shutdown();
+  CHECK_FALSE(sets.set(1).running());
+  CHECK_FALSE(sets.set(0).running());
+}
+
+TEST_CASE("loop: one rank's shutdown fails every rank's pending work with a ShutdownError", "[loop]") {
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  std::vector<float> b(4, 1.0f);
+  auto h = submit(sets.set(0), entry(0, OpType::kAllreduce, "never", b.data(), DataType::kFloat32, {4}, nullptr));
+  sets.set(n - 1).request_shutdown();
+  Status s = finish(h);
+  CHECK(s.code() == ErrorCode::kShutdown);
+  INFO(s.message());
+  CHECK(s.message().find("'never'") != std::string::npos);
+  // A stopped set refuses new work at once.
+  std::vector<float> c(4, 1.0f);
+  sets.shutdown();
+  std::vector<TensorEntry> v;
+  v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
+                    std::make_shared<detail::HandleState>("later", 1)));
+  CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
+}
