@@ -2,7 +2,8 @@
 //
 // Made by hvd::init() and destroyed by hvd::shutdown(). It owns the configuration, the MPI
 // context and the process sets (set 0 = every rank), each with its own background thread.
-// Process sets are added and removed collectively, from user threads, under `sets_mu_`.
+// Process sets are added and removed collectively, from user threads, one at a time under
+// `collective_mu_`; `sets_mu_` guards the maps only and is never held across an MPI call.
 #pragma once
 
 #include <atomic>
@@ -47,16 +48,18 @@ class Runtime {
  private:
   Runtime();
   Status start(const InitOptions& options);
+  Status check_version_agreement();
   Status check_config_agreement();
   Status create_set(std::vector<int> ranks, int id);
 
   Config config_;
   MpiContext mpi_;
   std::unique_ptr<Timeline> timeline_;
-  mutable std::mutex sets_mu_;
+  std::mutex collective_mu_;  // serializes add/remove_process_set (collective MPI calls)
+  mutable std::mutex sets_mu_;  // never held across MPI calls
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only
   std::map<int, std::vector<int>> set_ranks_;        // guarded by sets_mu_; every set
-  int next_set_id_ = 0;                              // guarded by sets_mu_
+  int next_set_id_ = 0;                              // guarded by collective_mu_
 };
 
 }  // namespace hvd

@@ -35,6 +35,7 @@
 #include "backends/nccl/gpu_check.h"
 #include "backends/nccl/gpu_device.h"
 #include "common/logging.h"
+#include "core/fatal.h"
 #include "cuda/cuda_kernels.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
@@ -120,6 +121,8 @@ void abort_locked(Comm& c, const std::string& why) {
   c.why = why;
   if (c.comm) {
     HVD_LOG(kError) << "aborting NCCL communicator: " << why;
+    // The peers may be waiting in the aborted work: the job ends (core/fatal.h).
+    report_fatal("NCCL communicator aborted: " + why);
     const ncclResult_t r = ncclCommAbort(c.comm);
     if (r != ncclSuccess) {
       HVD_LOG(kError) << "ncclCommAbort failed: " << ncclGetErrorString(r);
