@@ -50,6 +50,14 @@ bool checked_allreduce(const std::string& name, int n) {
   return true;
 }
 
+// The bound is measured from this line (run_faults.sh): start-up time is not the library's.
+void announce_fault(int rank) {
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  std::printf("rank %d: injecting fault at %.3f\n", rank, now);
+  std::fflush(stdout);
+}
+
 int run(const std::string& mode, int world_rank, int world_size) {
   const int victim = world_size - 1;
   const bool is_victim = world_rank == victim;
@@ -66,6 +74,7 @@ int run(const std::string& mode, int world_rank, int world_size) {
     return 0;
   }
   if (mode == "local") {
+    if (is_victim) announce_fault(world_rank);
     std::vector<float> v(16, 1.0f);
     std::string message;
     try {
@@ -89,6 +98,7 @@ int run(const std::string& mode, int world_rank, int world_size) {
   }
   if (is_victim) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    announce_fault(world_rank);
     if (mode == "kill") raise(SIGKILL);
     if (mode == "throw") throw std::runtime_error("rank " + std::to_string(world_rank) + " failed");
     if (mode == "exit") _exit(0);
