@@ -64,8 +64,8 @@ class Submission {
     TensorEntry e;
     e.request.rank = set_->rank();
     e.request.op = op;
-    // Unnamed calls are numbered only once every check has passed (in submit()), so a call
-    // rejected on one rank does not shift the numbering against the other ranks.
+    // Unnamed calls are numbered in submit(), every call, rejected or not: a call rejected on
+    // one rank is still sent (marked failed) and pairs with the other ranks' same call.
     e.request.name = name.empty() ? std::string(op_type_name(op)) + ".noname" : name;
     if (name.empty()) unnamed_.push_back(entries_.size());
     e.request.dtype = in.dtype;

@@ -15,6 +15,8 @@
 //            by this program on the victim only): init fails on every rank, naming it
 //   shm      plain allreduces (run with a shared-memory segment larger than /dev/shm): the
 //            result must be right, through MPI (exits 0 when it is)
+//   serialized  the program initializes MPI with MPI_THREAD_SERIALIZED itself: init must
+//            refuse it on every rank (exits 0 when it does)
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +28,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <mpi.h>
 
 #include "horovod_cpp/horovod_cpp.h"
 
@@ -61,6 +65,19 @@ void announce_fault(int rank) {
 int run(const std::string& mode, int world_rank, int world_size) {
   const int victim = world_size - 1;
   const bool is_victim = world_rank == victim;
+  if (mode == "serialized") {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    try {
+      hvd::init();
+      std::fprintf(stderr, "rank %d: init accepted MPI thread level %d\n", world_rank, provided);
+      return 2;
+    } catch (const hvd::BackendError& e) {
+      std::printf("rank %d: init refused: %s\n", world_rank, e.what());
+    }
+    MPI_Finalize();
+    return 0;
+  }
   if (mode == "version" && is_victim) setenv("HOROVOD_CPP_TEST_FAKE_VERSION", "99.0.0-fake", 1);
   hvd::init();
   for (int step = 0; step < 3; ++step) {
@@ -116,7 +133,7 @@ int run(const std::string& mode, int world_rank, int world_size) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: hvd_fault kill|throw|exit|stall|local|version|shm\n");
+    std::fprintf(stderr, "usage: hvd_fault kill|throw|exit|stall|local|version|shm|serialized\n");
     return 64;
   }
   // The rank before init (the version mode's init fails): Open MPI and MPICH set these.

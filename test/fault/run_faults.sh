@@ -91,6 +91,7 @@ if [ "$kind" = cpp ]; then
   run_case version nonzero 10 "rank $victim runs 99.0.0-fake" -- "$prog" version
   run_case shm_too_small zero 30 "bytes there per rank" HOROVOD_CPP_SHM_MIN_BYTES=0 \
     "HOROVOD_CPP_SHM_CHUNK_BYTES=$shm_total" -- "$prog" shm
+  run_case thread_level zero 30 "rank $victim: init refused: .*MPI_THREAD_MULTIPLE" -- "$prog" serialized
 else
   script="$here/fault_torch.py"
   run_case kill nonzero 10 "rank $victim" -- "$prog" "$script" kill
