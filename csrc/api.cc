@@ -317,7 +317,8 @@ Handle allreduce_async(const std::string& name, TensorView input, TensorView out
     if (output.data == nullptr && output.numel() > 0) {
       throw InvalidArgumentError(describe(q) + ": output data pointer is null");
     }
-    if (output.dtype != input.dtype || output.shape != input.shape || output.device != input.device) {
+    if (output.dtype != input.dtype || output.shape != input.shape ||
+        output.device != input.device) {
       throw InvalidArgumentError(describe(q) + ": output " + dtype_name(output.dtype) +
                                  shape_str(output.shape) + " does not match input " +
                                  dtype_name(input.dtype) + shape_str(input.shape));
@@ -350,7 +351,8 @@ Handle grouped_allreduce_async(const std::vector<std::string>& names,
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     Request& q = sub.add(OpType::kAllreduce, names[i], tensors[i], tensors[i]);
-    sub.check([&] { set_reduction(q, options.op, options.prescale_factor, options.postscale_factor); });
+    sub.check(
+        [&] { set_reduction(q, options.op, options.prescale_factor, options.postscale_factor); });
   }
   sub.group();
   return sub.submit("group of " + std::to_string(tensors.size()) + " starting '" +
@@ -445,8 +447,6 @@ Handle alltoall_async(const std::string& name, TensorView input, const std::vect
   sub.check([&] { check_alltoall(q, input, splits, sub.set().size()); });
   return sub.submit();
 }
-
-
 
 AlltoallResult alltoall(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
                         ProcessSet set) {

@@ -52,7 +52,8 @@ std::string mpi_size_limit(const Response& resp, int n) {
   constexpr int64_t kMax = 0x7fffffffLL;
   if (!resp.device.is_cpu()) return "";
   const int64_t esize = static_cast<int64_t>(dtype_size(resp.dtype));
-  const int64_t row = resp.shape.empty() ? 1 : num_elements(Shape(resp.shape.begin() + 1, resp.shape.end()));
+  const int64_t row =
+      resp.shape.empty() ? 1 : num_elements(Shape(resp.shape.begin() + 1, resp.shape.end()));
   if (resp.op == OpType::kAllgather) {
     int64_t rows = 0;
     for (int64_t d : resp.first_dims) rows += d;

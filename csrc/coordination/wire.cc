@@ -10,7 +10,6 @@ namespace {
 constexpr uint8_t kRequestListTag = 0xA1;
 constexpr uint8_t kResponseListTag = 0xB1;
 
-
 class Writer {
  public:
   template <typename T>

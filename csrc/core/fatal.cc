@@ -19,8 +19,8 @@ namespace {
 struct FatalState {
   std::mutex mu;
   std::condition_variable cv;
-  std::string reason;       // guarded by mu; empty: nothing pending
-  uint64_t generation = 0;  // guarded by mu; bumped by every report and clear
+  std::string reason;          // guarded by mu; empty: nothing pending
+  uint64_t generation = 0;     // guarded by mu; bumped by every report and clear
   double grace_seconds = 5.0;  // guarded by mu
 };
 FatalState& state() {
@@ -76,8 +76,9 @@ void report_fatal(const std::string& reason) {
     if (st.generation != gen || st.reason.empty()) return;
     const std::string reason = st.reason;
     lk.unlock();
-    end_job(reason, ("after " + std::to_string(grace_seconds) +
-                     " s (HOROVOD_CPP_ABORT_GRACE_SECONDS)").c_str());
+    end_job(reason,
+            ("after " + std::to_string(grace_seconds) + " s (HOROVOD_CPP_ABORT_GRACE_SECONDS)")
+                .c_str());
   }).detach();
 }
 

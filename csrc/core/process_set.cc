@@ -178,10 +178,11 @@ void ProcessSetState::loop() {
     Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
     if (!s.ok()) {
       HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
-      const Status why = Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());
+      const Status why =
+          Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());
       // The other members may be waiting in a negotiation step this rank left: fatal.
       report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
-                       "): " + why.message());
+                   "): " + why.message());
       stop(why);
       return;
     }
@@ -204,7 +205,7 @@ void ProcessSetState::loop() {
     if (result.shutdown) {
       if (result.fatal) {
         report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
-                         "): " + result.shutdown_reason);
+                     "): " + result.shutdown_reason);
       }
       stop(Status::Shutdown(result.shutdown_reason));
       return;

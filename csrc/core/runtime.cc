@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "common/logging.h"
-#include "core/fatal.h"
 #include "coordination/wire.h"
+#include "core/fatal.h"
 #include "core/timeline.h"
 #include "horovod_cpp_build_config.h"
 
@@ -58,9 +58,10 @@ Status Runtime::start(const InitOptions& options) {
 Status Runtime::check_version_agreement() {
   constexpr int kLen = 64;
   const std::string version = config_.test_fake_version.empty() ? std::string(HOROVOD_CPP_VERSION)
-                                                                 : config_.test_fake_version;
+                                                                : config_.test_fake_version;
   char mine[kLen] = {};
-  std::snprintf(mine, kLen, "%s, wire format %d", version.c_str(), static_cast<int>(kWireFormatVersion));
+  std::snprintf(mine, kLen, "%s, wire format %d", version.c_str(),
+                static_cast<int>(kWireFormatVersion));
   std::vector<char> all(static_cast<size_t>(kLen) * static_cast<size_t>(mpi_.size()));
   HVD_MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, mpi_.base_comm()));
   auto at = [&](int r) {
@@ -74,8 +75,10 @@ Status Runtime::check_version_agreement() {
     os << (differ++ ? ", " : "") << "rank " << r << " runs " << at(r);
   }
   if (differ == 0) return Status::OK();
-  return Status::InvalidArgument("every rank must run the same horovod_cpp version and wire format: "
-                                 "rank 0 runs " + at(0) + ", but " + os.str());
+  return Status::InvalidArgument(
+      "every rank must run the same horovod_cpp version and wire format: "
+      "rank 0 runs " +
+      at(0) + ", but " + os.str());
 }
 
 // Settings that change what the ranks compute together must be equal everywhere: the cache

@@ -55,7 +55,7 @@ class Runtime {
   Config config_;
   MpiContext mpi_;
   std::unique_ptr<Timeline> timeline_;
-  std::mutex collective_mu_;  // serializes add/remove_process_set (collective MPI calls)
+  std::mutex collective_mu_;    // serializes add/remove_process_set (collective MPI calls)
   mutable std::mutex sets_mu_;  // never held across MPI calls
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only
   std::map<int, std::vector<int>> set_ranks_;        // guarded by sets_mu_; every set

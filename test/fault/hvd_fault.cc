@@ -17,6 +17,7 @@
 //            result must be right, through MPI (exits 0 when it is)
 //   serialized  the program initializes MPI with MPI_THREAD_SERIALIZED itself: init must
 //            refuse it on every rank (exits 0 when it does)
+#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,8 +29,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <mpi.h>
 
 #include "horovod_cpp/horovod_cpp.h"
 
@@ -56,8 +55,8 @@ bool checked_allreduce(const std::string& name, int n) {
 
 // The bound is measured from this line (run_faults.sh): start-up time is not the library's.
 void announce_fault(int rank) {
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::printf("rank %d: injecting fault at %.3f\n", rank, now);
   std::fflush(stdout);
 }

@@ -31,7 +31,8 @@ std::string error_of(const hvd::Handle& h) {
 
 }  // namespace
 
-TEST_CASE("an error only one rank sees fails the tensor on every rank, naming it", "[local_errors]") {
+TEST_CASE("an error only one rank sees fails the tensor on every rank, naming it",
+          "[local_errors]") {
   Session s;
   const int n = hvd::size(), me = hvd::rank(), odd = n - 1;
   std::vector<float> v(8, 1.0f);
@@ -44,7 +45,8 @@ TEST_CASE("an error only one rank sees fails the tensor on every rank, naming it
     const std::string name = std::string("only.one.") + (cached ? "cached" : "fresh");
     if (cached) {  // the others' submission is then a cache hit
       for (int k = 0; k < 2; ++k) {
-        wait_ok(hvd::allreduce_async(name, hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum));
+        wait_ok(
+            hvd::allreduce_async(name, hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum));
       }
     }
     if (me == odd) {
@@ -55,8 +57,8 @@ TEST_CASE("an error only one rank sees fails the tensor on every rank, naming it
         CHECK_THAT(e.what(), Catch::Contains("null"));
       }
     } else {
-      const std::string m =
-          error_of(hvd::allreduce_async(name, hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum));
+      const std::string m = error_of(
+          hvd::allreduce_async(name, hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum));
       CHECK_THAT(m, Catch::Contains("'" + name + "'"));
       CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
       CHECK_THAT(m, Catch::Contains("null"));
@@ -82,23 +84,27 @@ TEST_CASE("an error only one rank sees fails the tensor on every rank, naming it
   }
   // Unnamed calls stay numbered alike on every rank after a failed one.
   if (me == odd) {
-    CHECK_THROWS_AS(hvd::allreduce_async("", hvd::TensorView(nullptr, DataType::kFloat32, {8}), sum),
-                    hvd::InvalidArgumentError);
+    CHECK_THROWS_AS(
+        hvd::allreduce_async("", hvd::TensorView(nullptr, DataType::kFloat32, {8}), sum),
+        hvd::InvalidArgumentError);
   } else {
-    CHECK_THAT(error_of(hvd::allreduce_async("", hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum)),
-               Catch::Contains("rank " + std::to_string(odd)));
+    CHECK_THAT(
+        error_of(hvd::allreduce_async("", hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum)),
+        Catch::Contains("rank " + std::to_string(odd)));
   }
   float x = static_cast<float>(me);
   wait_ok(hvd::allreduce_async("", hvd::TensorView(&x, DataType::kFloat32, {1}), sum));
   CHECK(x == static_cast<float>(n * (n - 1) / 2));
 }
 
-TEST_CASE("alltoall over the MPI size limit fails on every rank, naming the rank", "[local_errors]") {
+TEST_CASE("alltoall over the MPI size limit fails on every rank, naming the rank",
+          "[local_errors]") {
   Session s;
   const int n = hvd::size();
   // 1 GiB of address space per rank, never touched: the tensor must fail in negotiation.
   const size_t bytes = size_t{1} << 30;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   REQUIRE(p != MAP_FAILED);
   std::vector<int64_t> splits(static_cast<size_t>(n), 0);
   splits[0] = static_cast<int64_t>(bytes);  // everything to rank 0: n GiB >= 2 GiB there

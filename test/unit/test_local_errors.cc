@@ -1,10 +1,9 @@
 // Copyright horovod_cpp authors. Errors that only some ranks can see, and messages that cannot
 // be decoded: every rank must get the same outcome, none may be left waiting.
+#include <catch2/catch.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "coordination/controller.h"
 #include "coordination/validate.h"
