@@ -2,12 +2,19 @@
 //
 // The single process-wide pointer to the Runtime lives here, at the API boundary, guarded by
 // a mutex; every call takes a shared reference so shutdown() cannot free it under a caller.
-// Everything checked here fails at once, on the calling rank only, before any communication.
+//
+// A check on one tensor that fails here (a bad argument, an unusable device) throws at once
+// on the calling rank, and the tensor is still submitted, carrying the reason
+// (Request::error): the coordinator fails it on every rank with a message naming this rank
+// and the reason, so the ranks whose own checks passed get an error instead of waiting
+// forever. Only failures that leave nothing to submit to (no runtime, no such process set,
+// inconsistent argument lists) fail on the calling rank alone.
 #include <cstdlib>
 #include <mutex>
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "common/fatal.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
 #include "core/timeline.h"
@@ -53,8 +60,8 @@ class Submission {
     TensorEntry e;
     e.request.rank = set_->rank();
     e.request.op = op;
-    // Unnamed calls are numbered only once every check has passed (in submit()), so a call
-    // rejected on one rank does not shift the numbering against the other ranks.
+    // Unnamed calls are numbered in submit(), every call, rejected or not: a call rejected on
+    // one rank is still sent (marked failed) and pairs with the other ranks' same call.
     e.request.name = name.empty() ? std::string(op_type_name(op)) + ".noname" : name;
     if (name.empty()) unnamed_.push_back(entries_.size());
     e.request.dtype = in.dtype;
@@ -64,19 +71,39 @@ class Submission {
     e.output = out;
     e.part = static_cast<int>(entries_.size());
     if (!name.empty() && !names_.insert(e.request.name).second) {
-      throw InvalidArgumentError(describe(e.request) + ": the name appears twice in the group");
+      // Only the first of the two can be submitted (names are unique per set).
+      note_error(describe(e.request) + ": the name appears twice in the group");
+      dropped_.push_back(std::move(e));
+      return dropped_.back().request;
     }
     entries_.push_back(std::move(e));
-    check_view(entries_.back().request, in, "input");
+    check([&] { check_view(entries_.back().request, in, "input"); });
     if (in.device.is_cuda()) {
       // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must
       // be on this rank's GPU, docs/gpu.md). Ranks negotiate "a CUDA tensor" without the
-      // ordinal: each uses its own device.
+      // ordinal: each uses its own device. A failed device check goes through the negotiation
+      // like every local error.
       Request& q = entries_.back().request;
-      throw_if_error(set_->transports().check_device(in.device, describe(q)));
+      Status dev = set_->transports().check_device(in.device, describe(q));
+      if (!dev.ok()) note_error(dev.message());
       q.device = Device{Device::Kind::kCUDA, -1};
     }
     return entries_.back().request;
+  }
+
+  /// Runs a check that throws InvalidArgumentError; a failure is kept (the first one wins)
+  /// and reported by submit() on every rank.
+  template <typename Fn>
+  void check(Fn&& fn) {
+    try {
+      fn();
+    } catch (const InvalidArgumentError& e) {
+      note_error(e.what());
+    }
+  }
+  /// Records a local failure: submit() sends the entries as failed and throws it.
+  void note_error(const std::string& why) {
+    if (error_.empty()) error_ = why;
   }
 
   /// Marks the entries as one group (negotiated and run as a unit).
@@ -98,6 +125,23 @@ class Submission {
         e.request.group = key;
         e.request.group_size = static_cast<int32_t>(entries_.size());
       }
+    }
+    if (!error_.empty()) {
+      // Sent anyway, marked failed: every other rank's matching call fails naming this rank
+      // and the reason, instead of waiting for a tensor this rank will never send. The handle
+      // behind them is this call's own, which nobody waits on.
+      auto failed = std::make_shared<detail::HandleState>(entries_.front().request.name,
+                                                          static_cast<int>(entries_.size()));
+      for (auto& e : entries_) {
+        e.request.error = error_;
+        e.handle = failed;
+        e.input = e.output = TensorView(nullptr, e.input.dtype, e.input.shape, e.input.device);
+      }
+      Status sent = set_->enqueue(std::move(entries_));
+      if (!sent.ok()) {
+        HVD_LOG(kDebug) << "a locally failed submission was not sent: " << sent.message();
+      }
+      throw InvalidArgumentError(error_);
     }
     auto state = std::make_shared<detail::HandleState>(
         unnamed_.empty() ? handle_name : entries_.front().request.name,
@@ -137,6 +181,8 @@ class Submission {
   std::shared_ptr<Runtime> rt_;
   std::shared_ptr<ProcessSetState> set_;
   std::vector<TensorEntry> entries_;
+  std::vector<TensorEntry> dropped_;       // a name's second occurrence, never submitted
+  std::string error_;                      // the first local failure; empty if none
   std::unordered_set<std::string> names_;  // duplicates within one submission
   std::vector<size_t> unnamed_;            // entries to number at submit()
   bool grouped_ = false;
@@ -180,11 +226,14 @@ void check_reducescatter(Request& q, const ReducescatterOptions& o) {
   set_reduction(q, o.op, o.prescale_factor, o.postscale_factor);
 }
 
+// Registered after MPI's finalizer, so it runs first: a job stopped by a fatal condition
+// ends here (MPI_Abort) instead of waiting in MPI_Finalize for a rank that is stuck.
 void shutdown_at_exit() {
   try {
     shutdown();
   } catch (...) {
   }
+  abort_if_fatal("at exit");
 }
 
 }  // namespace
@@ -197,6 +246,8 @@ void init(const InitOptions& options) {
   }
   std::unique_ptr<Runtime> rt;
   throw_if_error(Runtime::create(options, &rt));
+  // Every rank took part in the creation: the job is whole again after a fatal condition.
+  clear_fatal();
   g_runtime = std::move(rt);
   if (!g_atexit_registered) {
     g_atexit_registered = true;
@@ -263,15 +314,18 @@ Handle allreduce_async(const std::string& name, TensorView input, TensorView out
                        const AllreduceOptions& options) {
   Submission sub("allreduce", options.process_set);
   Request& q = sub.add(OpType::kAllreduce, name, input, output);
-  if (output.data == nullptr && output.numel() > 0) {
-    throw InvalidArgumentError(describe(q) + ": output data pointer is null");
-  }
-  if (output.dtype != input.dtype || output.shape != input.shape || output.device != input.device) {
-    throw InvalidArgumentError(describe(q) + ": output " + dtype_name(output.dtype) +
-                               shape_str(output.shape) + " does not match input " +
-                               dtype_name(input.dtype) + shape_str(input.shape));
-  }
-  set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
+  sub.check([&] {
+    if (output.data == nullptr && output.numel() > 0) {
+      throw InvalidArgumentError(describe(q) + ": output data pointer is null");
+    }
+    if (output.dtype != input.dtype || output.shape != input.shape ||
+        output.device != input.device) {
+      throw InvalidArgumentError(describe(q) + ": output " + dtype_name(output.dtype) +
+                                 shape_str(output.shape) + " does not match input " +
+                                 dtype_name(input.dtype) + shape_str(input.shape));
+    }
+    set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
+  });
   return sub.submit();
 }
 
@@ -295,7 +349,8 @@ Handle grouped_allreduce_async(const std::vector<std::string>& names,
   check_group("grouped_allreduce", names.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     Request& q = sub.add(OpType::kAllreduce, names[i], tensors[i], tensors[i]);
-    set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
+    sub.check(
+        [&] { set_reduction(q, options.op, options.prescale_factor, options.postscale_factor); });
   }
   sub.group();
   return sub.submit("group of " + std::to_string(tensors.size()) + " starting '" +
@@ -311,7 +366,8 @@ void grouped_allreduce(const std::vector<std::string>& names, const std::vector<
 
 Handle allgather_async(const std::string& name, TensorView input, ProcessSet set) {
   Submission sub("allgather", set);
-  check_not_scalar(sub.add(OpType::kAllgather, name, input, input));
+  Request& q = sub.add(OpType::kAllgather, name, input, input);
+  sub.check([&] { check_not_scalar(q); });
   return sub.submit();
 }
 
@@ -324,7 +380,8 @@ Handle grouped_allgather_async(const std::vector<std::string>& names,
   Submission sub("grouped_allgather", set);
   check_group("grouped_allgather", names.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_not_scalar(sub.add(OpType::kAllgather, names[i], inputs[i], inputs[i]));
+    Request& q = sub.add(OpType::kAllgather, names[i], inputs[i], inputs[i]);
+    sub.check([&] { check_not_scalar(q); });
   }
   sub.group();
   return sub.submit("allgather group of " + std::to_string(inputs.size()));
@@ -336,9 +393,9 @@ Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank
   q.root = root_rank;
   const auto& members = sub.set().ranks();
   if (std::find(members.begin(), members.end(), root_rank) == members.end()) {
-    throw InvalidArgumentError(describe(q) + ": root rank " + std::to_string(root_rank) +
-                               " is not a rank of process set " + std::to_string(set.id) +
-                               " (ranks 0.." + std::to_string(sub.rt().world().size() - 1) + ")");
+    sub.note_error(describe(q) + ": root rank " + std::to_string(root_rank) +
+                   " is not a rank of process set " + std::to_string(set.id) + " (ranks 0.." +
+                   std::to_string(sub.rt().world().size() - 1) + ")");
   }
   return sub.submit();
 }
@@ -347,12 +404,10 @@ void broadcast(const std::string& name, TensorView tensor, int root_rank, Proces
   broadcast_async(name, tensor, root_rank, set).wait();
 }
 
-Handle alltoall_async(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
-                      ProcessSet set) {
-  Submission sub("alltoall", set);
-  Request& q = sub.add(OpType::kAlltoall, name, input, input);
+namespace {
+void check_alltoall(Request& q, const TensorView& input, const std::vector<int64_t>& splits,
+                    int64_t n) {
   check_not_scalar(q);
-  const int64_t n = sub.set().size();
   const int64_t dim0 = input.shape[0];
   if (splits.empty()) {
     if (dim0 % n != 0) {
@@ -377,6 +432,14 @@ Handle alltoall_async(const std::string& name, TensorView input, const std::vect
     }
     q.splits = splits;
   }
+}
+}  // namespace
+
+Handle alltoall_async(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
+                      ProcessSet set) {
+  Submission sub("alltoall", set);
+  Request& q = sub.add(OpType::kAlltoall, name, input, input);
+  sub.check([&] { check_alltoall(q, input, splits, sub.set().size()); });
   return sub.submit();
 }
 
@@ -392,7 +455,8 @@ AlltoallResult alltoall(const std::string& name, TensorView input, const std::ve
 Handle reducescatter_async(const std::string& name, TensorView input,
                            const ReducescatterOptions& options) {
   Submission sub("reducescatter", options.process_set);
-  check_reducescatter(sub.add(OpType::kReducescatter, name, input, input), options);
+  Request& q = sub.add(OpType::kReducescatter, name, input, input);
+  sub.check([&] { check_reducescatter(q, options); });
   return sub.submit();
 }
 
@@ -406,7 +470,8 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
   Submission sub("grouped_reducescatter", options.process_set);
   check_group("grouped_reducescatter", names.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_reducescatter(sub.add(OpType::kReducescatter, names[i], inputs[i], inputs[i]), options);
+    Request& q = sub.add(OpType::kReducescatter, names[i], inputs[i], inputs[i]);
+    sub.check([&] { check_reducescatter(q, options); });
   }
   sub.group();
   return sub.submit("reducescatter group of " + std::to_string(inputs.size()));

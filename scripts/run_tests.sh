@@ -18,5 +18,9 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   fi
   "$VENV/bin/python" -m pip install -q . || status=1
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh || status=1
+  # Fault injection through horovod_cpp.torch (the C++ twin runs in CTest).
+  for np_ in 2 3; do
+    bash test/fault/run_faults.sh python "$VENV/bin/python" "$np_" || status=1
+  done
 fi
 exit $status

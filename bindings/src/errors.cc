@@ -36,7 +36,8 @@ void register_errors(py::module_& m) {
                     "The runtime shut down before the operation completed.");
   g_backend = make(m, "BackendError", g_internal, "MPI reported a failure.");
   g_invalid = make(m, "InvalidArgumentError", PyExc_ValueError,
-                   "Local misuse detected on this rank before any communication.");
+                   "Local misuse detected on this rank; the tensor is still sent, marked failed, so the "
+                   "other ranks' matching call fails with a MismatchError naming this rank.");
   g_not_init = make(m, "NotInitializedError", PyExc_ValueError,
                     "horovod_cpp used before init() or after shutdown().");
   g_timeout = make(m, "HorovodTimeoutError", PyExc_TimeoutError,

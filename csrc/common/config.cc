@@ -84,6 +84,9 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
       read_double(lookup, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c.stall_shutdown_seconds));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_REDUCE_CHUNK_BYTES", &c.reduce_chunk_bytes));
   HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_CPP_ABORT_GRACE_SECONDS", 0.0, &c.abort_grace_seconds));
+  if (auto v = lookup("HOROVOD_CPP_TEST_FAKE_VERSION"); v) c.test_fake_version = *v;
+  HVD_RETURN_IF_ERROR(
       read_bool(lookup, "HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_CUDA_DEVICE", &c.cuda_device, 1 << 20));
   HVD_RETURN_IF_ERROR(
@@ -111,6 +114,7 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds
      << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
+     << " HOROVOD_CPP_ABORT_GRACE_SECONDS=" << abort_grace_seconds
      << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
      << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes

@@ -51,6 +51,16 @@ struct Config {
   /// of at most this many bytes, which keeps each piece's working set in cache.
   int64_t reduce_chunk_bytes = 4ll * 1024 * 1024;
 
+  /// HOROVOD_CPP_ABORT_GRACE_SECONDS (default 5, 0 = only at exit): after a fatal condition
+  /// (a stall shutdown, a failed coordination; common/fatal.h) the job is ended with MPI_Abort
+  /// this long afterwards unless every rank has called hvd::init() again, and at once at
+  /// process exit. Raise it to leave time for e.g. saving a checkpoint.
+  double abort_grace_seconds = 5.0;
+  /// HOROVOD_CPP_TEST_FAKE_VERSION (tests only, default empty): this rank claims to run this
+  /// library version in the init-time check that every rank runs the same version and wire
+  /// format, so the mismatch can be tested.
+  std::string test_fake_version;
+
   // GPU data plane (docs/gpu.md); used only by builds with NCCL.
   /// HOROVOD_HIERARCHICAL_ALLREDUCE (default 0): 1 reduces CUDA tensors in three steps: NCCL
   /// reduce-scatter within each host, MPI allreduce across hosts, NCCL allgather within the

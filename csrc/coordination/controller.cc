@@ -61,6 +61,10 @@ void Controller::absorb(std::vector<Request> incoming) {
     // While a rank has joined, tensors go in full: rank 0 must see who submitted what.
     if (!cache_.enabled() || others_joined_ || joined_) return std::nullopt;
     auto bit = cache_.find(q.name);
+    if (bit && !q.error.empty()) {  // a local error: every rank must see it in full
+      invalid_bits_.insert(*bit);
+      return std::nullopt;
+    }
     if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.count(*bit)) {
       return bit;
     }
@@ -72,7 +76,10 @@ void Controller::absorb(std::vector<Request> incoming) {
     bool clean = true;
     for (size_t i : members) {
       auto bit = cache_.enabled() ? cache_.find(incoming[i].name) : std::nullopt;
-      if (!bit || !cache_.at(*bit).matches(incoming[i], plane_->rank())) clean = false;
+      if (!bit || !incoming[i].error.empty() ||
+          !cache_.at(*bit).matches(incoming[i], plane_->rank())) {
+        clean = false;
+      }
     }
     if (!clean) {
       for (size_t i : members) {
@@ -209,10 +216,26 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   std::string blob;
   if (plane_->rank() == 0) {
     std::vector<RequestList> lists(gathered.size());
+    std::string undecodable;
     for (size_t r = 0; r < gathered.size(); ++r) {
-      HVD_RETURN_IF_ERROR(deserialize(gathered[r], &lists[r]));
+      Status s = deserialize(gathered[r], &lists[r]);
+      if (!s.ok()) {
+        undecodable += (undecodable.empty() ? "" : "; ") + std::string("rank ") +
+                       std::to_string(r) + ": " + s.message() + " (" +
+                       std::to_string(gathered[r].size()) + " bytes)";
+      }
     }
-    blob = serialize(coordinate(lists, stall_report));
+    if (undecodable.empty()) {
+      blob = serialize(coordinate(lists, stall_report));
+    } else {
+      // Every other rank is waiting in the broadcast: it must still happen, carrying the end.
+      ResponseList fail;
+      fail.shutdown = fail.fatal = true;
+      fail.shutdown_reason = "horovod_cpp stopped: rank 0 could not decode the requests of " +
+                             undecodable +
+                             " (different horovod_cpp versions, or memory corruption)";
+      blob = serialize(fail);
+    }
   }
   HVD_RETURN_IF_ERROR(plane_->broadcast(&blob));
   ResponseList list;
@@ -235,6 +258,7 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   }
   if (list.shutdown) {
     out->shutdown = true;
+    out->fatal = list.fatal;
     out->shutdown_reason = list.shutdown_reason;
   }
   return Status::OK();
@@ -270,6 +294,7 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
     std::string report = build_stall_report(lists, now, &stall_shutdown);
     if (stall_shutdown) {
       out.shutdown = true;
+      out.fatal = true;  // a rank is stuck: it will not reach a clean shutdown
       out.shutdown_reason = "horovod_cpp shut down after a stall of more than " +
                             std::to_string(options_.stall_shutdown_seconds) +
                             " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): " + report;

@@ -19,8 +19,11 @@
 //  4. Only if some rank set the full-cycle flag: every rank sends its uncached requests to
 //     rank 0 (gather); rank 0 adds them to its message table, and each tensor now submitted
 //     by every rank is checked (validate.h) into a response, successful or an error naming the
-//     ranks and values that differ; rank 0 broadcasts the response list. Successful
-//     responses enter every rank's cache in list order.
+//     ranks and values that differ, or the ranks that could not submit it (a request carrying
+//     a local error); rank 0 broadcasts the response list. Successful responses enter every
+//     rank's cache in list order. Rank 0 always broadcasts, even when it could not decode a
+//     rank's requests (then the list is a fatal shutdown naming that rank): no rank is left
+//     waiting in the broadcast.
 //  5. Every rank executes the cached responses and then the broadcast ones, in order.
 //
 // In steady state (the same tensors every step) step 4 never runs: one allreduce of a few
@@ -58,6 +61,9 @@ struct ControllerOptions {
 struct CycleResult {
   std::vector<Response> responses;
   bool shutdown = false;
+  /// The shutdown ends the job (a stall, or a message rank 0 could not decode): see
+  /// common/fatal.h.
+  bool fatal = false;
   std::string shutdown_reason;
   bool full_cycle = false;  ///< the gather/broadcast of step 4 ran
 };

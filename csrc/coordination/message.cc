@@ -22,7 +22,7 @@ bool Request::operator==(const Request& o) const {
   return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
          device == o.device && reduce_op == o.reduce_op && prescale == o.prescale &&
          postscale == o.postscale && root == o.root && group == o.group &&
-         group_size == o.group_size && splits == o.splits;
+         group_size == o.group_size && splits == o.splits && error == o.error;
 }
 
 int64_t Response::nbytes_for_rank(int rank) const {

@@ -49,6 +49,11 @@ struct Request {
   int32_t group_size = 0;
   /// Alltoall: rows of dimension 0 sent to each rank (one entry per rank of the set).
   std::vector<int64_t> splits;
+  /// Non-empty: this rank could not submit the tensor (a check only it could make failed:
+  /// a bad argument, an unusable device, a failed allocation). The coordinator fails the
+  /// tensor on every rank with a message naming this rank and this reason, so no other rank
+  /// waits for it. Such a request is never a cache hit.
+  std::string error;
 
   bool operator==(const Request& o) const;
 };
@@ -94,6 +99,9 @@ struct RequestList {
 struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
+  /// The shutdown is fatal to the job (a stall): the ranks cannot all finish cleanly, so
+  /// every rank ends the job unless the program re-initializes in time (common/fatal.h).
+  bool fatal = false;
   /// Why the job shuts down (names the ranks that asked, or the stalled tensors).
   std::string shutdown_reason;
 };

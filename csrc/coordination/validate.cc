@@ -44,6 +44,43 @@ std::string disagreement(const std::vector<const Request*>& reqs,
   return os.str();
 }
 
+// The MPI data plane counts bytes (allgather, alltoall) or elements (reducescatter) in C ints.
+// Checked here, where every rank's sizes are known, so the tensor fails on every rank instead
+// of one rank returning early while the others enter the MPI call. CUDA tensors go through
+// NCCL, which has no such limit. Empty when within the limits.
+std::string mpi_size_limit(const Response& resp, int n) {
+  constexpr int64_t kMax = 0x7fffffffLL;
+  if (!resp.device.is_cpu()) return "";
+  const int64_t esize = static_cast<int64_t>(dtype_size(resp.dtype));
+  const int64_t row =
+      resp.shape.empty() ? 1 : num_elements(Shape(resp.shape.begin() + 1, resp.shape.end()));
+  if (resp.op == OpType::kAllgather) {
+    int64_t rows = 0;
+    for (int64_t d : resp.first_dims) rows += d;
+    if (rows * row * esize > kMax) {
+      return "the gathered result is " + std::to_string(rows * row * esize) +
+             " bytes; the MPI data plane moves at most 2^31-1 bytes per allgather";
+    }
+  } else if (resp.op == OpType::kAlltoall && resp.all_splits.size() == static_cast<size_t>(n) * n) {
+    for (int r = 0; r < n; ++r) {
+      int64_t send = 0, recv = 0;
+      for (int k = 0; k < n; ++k) {
+        send += resp.all_splits[static_cast<size_t>(r * n + k)];
+        recv += resp.all_splits[static_cast<size_t>(k * n + r)];
+      }
+      if (std::max(send, recv) * row * esize > kMax) {
+        return "rank " + std::to_string(r) + " would send " + std::to_string(send * row * esize) +
+               " and receive " + std::to_string(recv * row * esize) +
+               " bytes; the MPI data plane moves at most 2^31-1 bytes per rank per alltoall";
+      }
+    }
+  } else if (resp.op == OpType::kReducescatter && num_elements(resp.shape) > kMax) {
+    return std::to_string(num_elements(resp.shape)) +
+           " elements; the MPI data plane reduce-scatters at most 2^31-1 elements";
+  }
+  return "";
+}
+
 std::string typed_shape(const Request& q) {
   return std::string(dtype_name(q.dtype)) + shape_str(q.shape);
 }
@@ -74,6 +111,23 @@ Response build_response(const std::vector<const Request*>& reqs) {
   resp.group = first.group;
   resp.group_size = first.group_size;
 
+  // Ranks that could not submit the tensor (Request::error): it fails everywhere, naming them.
+  {
+    std::ostringstream failed;
+    int nfailed = 0;
+    for (size_t r = 0; r < reqs.size(); ++r) {
+      if (!reqs[r] || reqs[r]->error.empty()) continue;
+      if (nfailed < 8) failed << (nfailed ? "; " : "") << "rank " << r << ": " << reqs[r]->error;
+      ++nfailed;
+    }
+    if (nfailed > 0) {
+      if (nfailed > 8) failed << "; ... (" << nfailed << " ranks)";
+      resp.error = std::string(op_type_name(first.op)) + " '" + first.name + "' failed on " +
+                   (nfailed == 1 ? "a rank that" : std::to_string(nfailed) + " ranks that") +
+                   " could not submit it: " + failed.str();
+      return resp;
+    }
+  }
   // The common case, every rank asking for exactly the same thing, needs no formatting.
   bool identical = joined.empty() || first.op == OpType::kAllreduce;
   for (const Request* q : reqs) {
@@ -88,7 +142,12 @@ Response build_response(const std::vector<const Request*>& reqs) {
                            std::equal(q->shape.begin() + 1, q->shape.end(), first.shape.begin() + 1)
                      : q->shape == first.shape);
   }
-  if (identical && first.op != OpType::kAllgather && first.op != OpType::kAlltoall) return resp;
+  if (identical && first.op != OpType::kAllgather && first.op != OpType::kAlltoall) {
+    if (auto limit = mpi_size_limit(resp, static_cast<int>(reqs.size())); !limit.empty()) {
+      resp.error = std::string(op_type_name(first.op)) + " '" + first.name + "': " + limit;
+    }
+    return resp;
+  }
 
   const std::string prefix = "'" + first.name + "': ";
   auto fail = [&](const std::string& what, const std::string& detail) {
@@ -155,6 +214,7 @@ Response build_response(const std::vector<const Request*>& reqs) {
     case OpType::kJoin:
       break;
   }
+  if (auto limit = mpi_size_limit(resp, n); !limit.empty()) return fail(op, limit);
   if (first.op == OpType::kAllreduce || first.op == OpType::kReducescatter) {
     if (auto d = disagreement(reqs, [](const Request& q) {
           return std::string("op ") + reduce_op_name(q.reduce_op);

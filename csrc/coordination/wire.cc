@@ -9,7 +9,6 @@ namespace {
 
 constexpr uint8_t kRequestListTag = 0xA1;
 constexpr uint8_t kResponseListTag = 0xB1;
-constexpr uint8_t kVersion = 2;
 
 class Writer {
  public:
@@ -106,13 +105,15 @@ void write_request(Writer& w, const Request& q) {
   w.str(q.group);
   w.pod<int32_t>(q.group_size);
   w.i64s(q.splits);
+  w.str(q.error);
 }
 
 bool read_request(Reader& r, Request* q) {
   return r.pod(&q->rank) && read_enum(r, &q->op, kLastOpType) && r.str(&q->name) &&
          read_enum(r, &q->dtype, kLastDataType) && r.i64s(&q->shape) && read_device(r, &q->device) &&
          read_enum(r, &q->reduce_op, kLastReduceOp) && r.pod(&q->prescale) && r.pod(&q->postscale) &&
-         r.pod(&q->root) && r.str(&q->group) && r.pod(&q->group_size) && r.i64s(&q->splits);
+         r.pod(&q->root) && r.str(&q->group) && r.pod(&q->group_size) && r.i64s(&q->splits) &&
+         r.str(&q->error);
 }
 
 void write_response(Writer& w, const Response& s) {
@@ -141,6 +142,7 @@ bool read_response(Reader& r, Response* s) {
 }
 
 bool read_header(Reader& r, uint8_t tag) {
+  constexpr uint8_t kVersion = kWireFormatVersion;
   uint8_t t, v;
   return r.pod(&t) && r.pod(&v) && t == tag && v == kVersion;
 }
@@ -150,7 +152,7 @@ bool read_header(Reader& r, uint8_t tag) {
 std::string serialize(const RequestList& list) {
   Writer w;
   w.pod<uint8_t>(kRequestListTag);
-  w.pod<uint8_t>(kVersion);
+  w.pod<uint8_t>(kWireFormatVersion);
   w.pod<uint8_t>(list.shutdown ? 1 : 0);
   w.pod<uint32_t>(static_cast<uint32_t>(list.requests.size()));
   for (const auto& q : list.requests) write_request(w, q);
@@ -162,8 +164,8 @@ std::string serialize(const RequestList& list) {
 std::string serialize(const ResponseList& list) {
   Writer w;
   w.pod<uint8_t>(kResponseListTag);
-  w.pod<uint8_t>(kVersion);
-  w.pod<uint8_t>(list.shutdown ? 1 : 0);
+  w.pod<uint8_t>(kWireFormatVersion);
+  w.pod<uint8_t>(static_cast<uint8_t>((list.shutdown ? 1 : 0) | (list.fatal ? 2 : 0)));
   w.str(list.shutdown_reason);
   w.pod<uint32_t>(static_cast<uint32_t>(list.responses.size()));
   for (const auto& s : list.responses) write_response(w, s);
@@ -208,8 +210,9 @@ Status deserialize(const std::string& bytes, ResponseList* out) {
     ok = read_response(r, &s);
     list.responses.push_back(std::move(s));
   }
-  if (!ok || !r.done()) return Status::Backend("malformed response list message");
-  list.shutdown = shutdown != 0;
+  if (!ok || !r.done() || shutdown > 3) return Status::Backend("malformed response list message");
+  list.shutdown = (shutdown & 1) != 0;
+  list.fatal = (shutdown & 2) != 0;
   *out = std::move(list);
   return Status::OK();
 }

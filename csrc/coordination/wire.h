@@ -5,12 +5,18 @@
 // message is an error, never an out-of-bounds read.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
 #include "coordination/message.h"
 
 namespace hvd {
+
+/// The version byte of every message. Bumped whenever a field is added, removed or
+/// reordered; every rank checks at init that all ranks use the same one (core/runtime.cc).
+/// 3: Request::error and ResponseList::fatal.
+constexpr uint8_t kWireFormatVersion = 3;
 
 std::string serialize(const RequestList& list);
 std::string serialize(const ResponseList& list);

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/logging.h"
+#include "common/fatal.h"
 #include "core/timeline.h"
 
 namespace hvd {
@@ -44,6 +45,15 @@ ProcessSetState::~ProcessSetState() {
   executor_.reset();
   controller_.reset();
   planes_.reset();
+}
+
+std::string ProcessSetState::ranks_str() const {
+  std::string out;
+  for (size_t i = 0; i < global_ranks_.size() && i < 16; ++i) {
+    out += (i ? "," : "") + std::to_string(global_ranks_[i]);
+  }
+  if (global_ranks_.size() > 16) out += ",...";
+  return out;
 }
 
 std::string ProcessSetState::stop_reason() const {
@@ -134,7 +144,12 @@ void ProcessSetState::loop() {
     Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
     if (!s.ok()) {
       HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
-      stop(Status::Backend("horovod_cpp stopped: coordination failed: " + s.message()));
+      const Status why =
+          Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());
+      // The other members may be waiting in a negotiation step this rank left: fatal.
+      report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
+                   "): " + why.message());
+      stop(why);
       return;
     }
     if (traced) {
@@ -154,6 +169,10 @@ void ProcessSetState::loop() {
         result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
     executor_->execute(result.responses, take, joined);
     if (result.shutdown) {
+      if (result.fatal) {
+        report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
+                     "): " + result.shutdown_reason);
+      }
       stop(Status::Shutdown(result.shutdown_reason));
       return;
     }

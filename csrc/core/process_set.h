@@ -69,6 +69,7 @@ class ProcessSetState {
  private:
   void loop();
   void stop(const Status& why);
+  std::string ranks_str() const;  ///< global ranks, for messages
   void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry>* entries,
                     std::vector<bool>* present);
 

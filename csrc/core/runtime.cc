@@ -2,10 +2,15 @@
 #include "core/runtime.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "common/logging.h"
+#include "coordination/wire.h"
+#include "common/fatal.h"
 #include "core/timeline.h"
+#include "horovod_cpp_build_config.h"
 
 namespace hvd {
 
@@ -21,9 +26,11 @@ Status Runtime::create(const InitOptions& options, std::unique_ptr<Runtime>* out
 Status Runtime::start(const InitOptions& options) {
   HVD_RETURN_IF_ERROR(Config::from_env(&config_));
   set_log_level(config_.log_level);
+  set_fatal_grace(config_.abort_grace_seconds);
   HVD_RETURN_IF_ERROR(make_world(options, &world_));
   set_log_rank(world_->rank());
-  Status agree = check_config_agreement();
+  Status agree = check_version_agreement();
+  if (agree.ok()) agree = check_config_agreement();
   if (!agree.ok()) {
     world_.reset();
     return agree;
@@ -43,6 +50,39 @@ Status Runtime::start(const InitOptions& options) {
     HVD_RETURN_IF_ERROR(add_process_set(ranks, &id));
   }
   return Status::OK();
+}
+
+// Every rank must run the same library version and wire format (coordination/wire.h): a
+// message another version wrote may decode wrongly or not at all. The exchange has a fixed
+// size that no future version may change, so that it works between any two versions.
+Status Runtime::check_version_agreement() {
+  constexpr int kLen = 64;
+  const std::string version = config_.test_fake_version.empty() ? std::string(HOROVOD_CPP_VERSION)
+                                                                : config_.test_fake_version;
+  char mine[kLen] = {};
+  std::snprintf(mine, kLen, "%s, wire format %d", version.c_str(),
+                static_cast<int>(kWireFormatVersion));
+  // Exchanged as 64-bit words through the World (core/ knows no MPI).
+  constexpr int kWords = kLen / 8;
+  std::vector<int64_t> words(kWords);
+  std::memcpy(words.data(), mine, kLen);
+  std::vector<int64_t> all;
+  HVD_RETURN_IF_ERROR(world_->allgather(words, &all));
+  auto at = [&](int r) {
+    const char* p = reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * kWords);
+    return std::string(p, strnlen(p, kLen));
+  };
+  std::ostringstream os;
+  int differ = 0;
+  for (int r = 1; r < world_->size(); ++r) {
+    if (at(r) == at(0)) continue;
+    os << (differ++ ? ", " : "") << "rank " << r << " runs " << at(r);
+  }
+  if (differ == 0) return Status::OK();
+  return Status::InvalidArgument(
+      "every rank must run the same horovod_cpp version and wire format: "
+      "rank 0 runs " +
+      at(0) + ", but " + os.str());
 }
 
 // Settings that change what the ranks compute together must be equal everywhere: the cache
@@ -79,6 +119,9 @@ Runtime::~Runtime() {
 }
 
 Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
+  // One collective set operation at a time on this rank: two threads' calls would otherwise
+  // interleave their MPI calls on the base communicator differently on different ranks.
+  std::lock_guard<std::mutex> collective(collective_mu_);
   std::sort(ranks.begin(), ranks.end());
   const int n = world_->size();
   std::string local_error;
@@ -120,24 +163,30 @@ Status Runtime::add_process_set(std::vector<int> ranks, int* id) {
       return Status::InvalidArgument(os.str());
     }
   }
-  std::lock_guard<std::mutex> lk(sets_mu_);
+  // Ids are handed out under collective_mu_, in the same order on every rank.
   *id = next_set_id_++;
   return create_set(std::move(ranks), *id);
 }
 
+// The communicator split and the set's start (its shared-memory setup is collective too) run
+// without sets_mu_, so other threads' collectives (find_set) are not held up meanwhile.
 Status Runtime::create_set(std::vector<int> ranks, int id) {
   std::unique_ptr<SetPlanes> planes;
   HVD_RETURN_IF_ERROR(world_->make_set(id, ranks, config_, &planes));
-  set_ranks_[id] = ranks;
+  std::shared_ptr<ProcessSetState> set;
   if (planes) {
-    sets_[id] = std::make_shared<ProcessSetState>(id, std::move(ranks), world_->rank(),
-                                                  std::move(planes), config_, timeline_.get());
+    set = std::make_shared<ProcessSetState>(id, ranks, world_->rank(), std::move(planes), config_,
+                                            timeline_.get());
   }
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  set_ranks_[id] = std::move(ranks);
+  if (set) sets_[id] = std::move(set);
   return Status::OK();
 }
 
 Status Runtime::remove_process_set(int id) {
   if (id == 0) return Status::InvalidArgument("remove_process_set: the global set cannot be removed");
+  std::lock_guard<std::mutex> collective(collective_mu_);
   std::shared_ptr<ProcessSetState> set;
   {
     std::lock_guard<std::mutex> lk(sets_mu_);

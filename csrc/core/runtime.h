@@ -3,7 +3,8 @@
 // Made by hvd::init() and destroyed by hvd::shutdown(). It owns the configuration, the World
 // (backends/world.h: the job's communication layer, MPI; it builds each set's planes) and the
 // process sets (set 0 = every rank), each with its own background thread.
-// Process sets are added and removed collectively, from user threads, under `sets_mu_`.
+// Process sets are added and removed collectively, from user threads, one at a time under
+// `collective_mu_`; `sets_mu_` guards the maps only and is never held across a collective call.
 #pragma once
 
 #include <atomic>
@@ -48,16 +49,18 @@ class Runtime {
  private:
   Runtime();
   Status start(const InitOptions& options);
+  Status check_version_agreement();
   Status check_config_agreement();
   Status create_set(std::vector<int> ranks, int id);
 
   Config config_;
   std::unique_ptr<World> world_;
   std::unique_ptr<Timeline> timeline_;
-  mutable std::mutex sets_mu_;
+  std::mutex collective_mu_;    // serializes add/remove_process_set (collective MPI calls)
+  mutable std::mutex sets_mu_;  // never held across MPI calls
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only
   std::map<int, std::vector<int>> set_ranks_;        // guarded by sets_mu_; every set
-  int next_set_id_ = 0;                              // guarded by sets_mu_
+  int next_set_id_ = 0;                              // guarded by collective_mu_
 };
 
 }  // namespace hvd

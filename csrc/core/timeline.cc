@@ -51,7 +51,7 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   std::fflush(f);
   file_ = f;
   first_event_ = true;
-  mark_cycles_ = mark_cycles;
+  mark_cycles_.store(mark_cycles, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_writer_ = false;
@@ -111,7 +111,7 @@ void Timeline::instant(const std::string& tensor, const std::string& what, int64
 }
 
 void Timeline::cycle(int process_set, uint64_t cycle, int64_t at_us) {
-  if (!enabled() || !mark_cycles_) return;
+  if (!enabled() || !mark_cycles()) return;
   std::lock_guard<std::mutex> lk(mu_);
   const int tid = track_of("cycles (process set " + std::to_string(process_set) + ")");
   pending_.push_back("{\"name\":\"CYCLE " + std::to_string(cycle) +

@@ -39,7 +39,7 @@ class Timeline {
   void stop();
   /// True while recording (checked before building any event).
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
-  bool mark_cycles() const { return mark_cycles_; }
+  bool mark_cycles() const { return mark_cycles_.load(std::memory_order_relaxed); }
 
   /// A phase of `tensor` from begin_us to end_us; `args` is a JSON object body or "".
   void phase(const std::string& tensor, const char* phase, int64_t begin_us, int64_t end_us,
@@ -56,7 +56,8 @@ class Timeline {
 
   const int rank_;
   std::atomic<bool> enabled_{false};
-  bool mark_cycles_ = false;
+  // Written by start() on a user thread, read by every set's background thread.
+  std::atomic<bool> mark_cycles_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> pending_;  // guarded by mu_

@@ -100,14 +100,25 @@ TEST_CASE("mixed collectives in flight together", "[mixed]") {
   CHECK(bad == 0);
 }
 
-TEST_CASE("unnamed calls: numbered per op, unaffected by a call rejected on one rank", "[naming]") {
+TEST_CASE("unnamed calls: numbered per op; a call rejected on one rank fails everywhere, in step",
+          "[naming]") {
   Session s;
   const int n = hvd::size(), me = hvd::rank();
   float f[4] = {1, 1, 1, 1};
-  // Rejected on rank 0 only (root out of range), before it is numbered.
+  // Every rank makes the call; rank 0 alone rejects it (root out of range). It is still
+  // numbered and sent, marked failed: the others fail too, naming rank 0, and the numbering
+  // stays the same on every rank.
   if (me == 0) {
     CHECK_THROWS_AS(hvd::broadcast_async("", hvd::TensorView(f, DataType::kFloat32, {4}), n),
                     hvd::InvalidArgumentError);
+  } else {
+    try {
+      hvd::broadcast_async("", hvd::TensorView(f, DataType::kFloat32, {4}), 0).wait();
+      FAIL_CHECK("the broadcast rejected on rank 0 succeeded");
+    } catch (const hvd::MismatchError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("broadcast.noname.0"));
+      CHECK_THAT(e.what(), Catch::Contains("rank 0: "));
+    }
   }
   for (int k = 0; k < 3; ++k) {
     float x = 1.0f;

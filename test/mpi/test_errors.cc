@@ -239,8 +239,10 @@ TEST_CASE("shutdown with operations pending on other ranks", "[errors][lifecycle
 
 TEST_CASE("stall: logged, then the job shuts down and handles say why", "[errors][stall]") {
   for (bool cached : {false, true}) {
+    // A long grace: this loaded test machine must not end the job before the re-init below.
     ScopedEnv env({{"HOROVOD_STALL_CHECK_TIME_SECONDS", "1"},
-                   {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "2"}});
+                   {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "2"},
+                   {"HOROVOD_CPP_ABORT_GRACE_SECONDS", "120"}});
     hvd::init();
     const int n = hvd::size(), me = hvd::rank(), missing = n - 1;
     float x = 1.0f;
@@ -271,4 +273,12 @@ TEST_CASE("stall: logged, then the job shuts down and handles say why", "[errors
     }
     hvd::shutdown();
   }
+  // Every rank is still running: a new init() on all of them clears the fatal condition the
+  // stall left (else the job would end at exit or after HOROVOD_CPP_ABORT_GRACE_SECONDS).
+  Session again;
+  float y = 1.0f;
+  hvd::AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  wait_ok(hvd::allreduce_async("after.stall", hvd::TensorView(&y, DataType::kFloat32, {1}), sum));
+  CHECK(y == static_cast<float>(hvd::size()));
 }

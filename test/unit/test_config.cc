@@ -39,6 +39,8 @@ TEST_CASE("config defaults with an empty environment", "[config]") {
   CHECK(c.timeline_path.empty());
   CHECK_FALSE(c.timeline_mark_cycles);
   CHECK(c.reduce_chunk_bytes == 4ll * 1024 * 1024);
+  CHECK(c.abort_grace_seconds == 5.0);
+  CHECK(c.test_fake_version.empty());
   // Empty values count as unset.
   Config d;
   REQUIRE(load({{"HOROVOD_FUSION_THRESHOLD", ""}, {"HOROVOD_LOG_LEVEL", ""},
@@ -60,9 +62,13 @@ TEST_CASE("config parses every variable", "[config]") {
                 {"HOROVOD_LOG_LEVEL", "DEBUG"},
                 {"HOROVOD_TIMELINE", "/tmp/t.json"},
                 {"HOROVOD_TIMELINE_MARK_CYCLES", "true"},
-                {"HOROVOD_CPP_REDUCE_CHUNK_BYTES", "1048576"}},
+                {"HOROVOD_CPP_REDUCE_CHUNK_BYTES", "1048576"},
+                {"HOROVOD_CPP_ABORT_GRACE_SECONDS", "0"},
+                {"HOROVOD_CPP_TEST_FAKE_VERSION", "9.9.9"}},
                &c)
               .ok());
+  CHECK(c.abort_grace_seconds == 0.0);
+  CHECK(c.test_fake_version == "9.9.9");
   CHECK(c.fusion_threshold_bytes == 0);
   CHECK(c.cycle_time_ms == 2.5);
   CHECK(c.cache_capacity == 7);
@@ -105,6 +111,7 @@ TEST_CASE("bad values are errors naming the variable and the value", "[config]")
       {"HOROVOD_LOG_LEVEL", {"verbose", "3"}},
       {"HOROVOD_TIMELINE_MARK_CYCLES", {"maybe"}},
       {"HOROVOD_CPP_REDUCE_CHUNK_BYTES", {"-4096", "4k"}},
+      {"HOROVOD_CPP_ABORT_GRACE_SECONDS", {"-1", "later", "inf"}},
   };
   for (const auto& [var, values] : bad) {
     for (const auto& value : values) {
@@ -126,7 +133,8 @@ TEST_CASE("describe lists every variable", "[config]") {
   for (const char* var : {"HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME",
                           "HOROVOD_CACHE_CAPACITY=77", "HOROVOD_STALL_CHECK_TIME_SECONDS",
                           "HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
-                          "HOROVOD_LOG_LEVEL", "HOROVOD_CPP_REDUCE_CHUNK_BYTES"}) {
+                          "HOROVOD_LOG_LEVEL", "HOROVOD_CPP_REDUCE_CHUNK_BYTES",
+                          "HOROVOD_CPP_ABORT_GRACE_SECONDS"}) {
     CHECK_THAT(d, Catch::Contains(var));
   }
 }

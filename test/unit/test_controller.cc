@@ -556,6 +556,7 @@ TEST_CASE("shutdown requested by some ranks reaches every rank with who asked", 
     const std::string& why = recs[3].result.shutdown_reason;
     CHECK_THAT(why, Catch::Contains(two ? "ranks 1,2" : "rank 1 "));
     CHECK_THAT(why, Catch::Contains("shutdown"));
+    CHECK_FALSE(recs[3].result.fatal);  // an orderly shutdown does not end the job
   }
 }
 
@@ -648,6 +649,7 @@ TEST_CASE("stall shutdown stops every rank with the tensor and missing rank", "[
     CHECK_THAT(last.shutdown_reason, Catch::Contains("'stuck'"));
     CHECK_THAT(last.shutdown_reason, Catch::Contains("missing on " + ranks_text({missing})));
     CHECK_THAT(last.shutdown_reason, Catch::Contains("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"));
+    CHECK(last.fatal);  // a stuck rank: the job must end (common/fatal.h)
   }
 }
 

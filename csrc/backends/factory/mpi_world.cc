@@ -3,9 +3,27 @@
 
 #include "backends/mpi/mpi_control_plane.h"
 #include "backends/factory/transports.h"
+#include "common/fatal.h"
 
 namespace hvd {
 namespace {
+
+bool mpi_usable() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+// The job aborter of common/fatal.h: MPI_Abort ends every rank of the job.
+int world_rank_for_abort() {
+  int rank = -1;
+  if (mpi_usable()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+void abort_mpi_job() {
+  if (mpi_usable()) MPI_Abort(MPI_COMM_WORLD, 1);
+}
 
 // A set's planes and the two communicators they run on (freed after the planes).
 class MpiSetPlanes : public SetPlanes {
@@ -31,6 +49,10 @@ class MpiSetPlanes : public SetPlanes {
 Status make_world(const InitOptions& options, std::unique_ptr<World>* out) {
   auto world = std::make_unique<MpiWorld>();
   HVD_RETURN_IF_ERROR(world->init(options));
+  JobAborter aborter;
+  aborter.rank = world_rank_for_abort;
+  aborter.abort = abort_mpi_job;
+  set_job_aborter(aborter);
   *out = std::move(world);
   return Status::OK();
 }

@@ -56,17 +56,22 @@ Status MpiContext::init(bool use_base, MPI_Fint base_f) {
     HVD_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     std::call_once(g_finalize_once, [] { std::atexit(finalize_at_exit); });
     if (provided < MPI_THREAD_MULTIPLE) {
-      HVD_LOG(kDebug) << "MPI provides thread level " << provided
-                      << " (< MPI_THREAD_MULTIPLE); only horovod_cpp's thread calls MPI";
+      return Status::Backend(
+          "this MPI library provides thread level " + std::to_string(provided) +
+          " only; horovod_cpp needs MPI_THREAD_MULTIPLE (its background threads and the "
+          "caller's thread, e.g. in add_process_set, call MPI concurrently)");
     }
   } else {
+    // The program initialized MPI: anything below MPI_THREAD_MULTIPLE is unsafe, because
+    // every process set's background thread calls MPI while user threads may too.
     int provided = 0;
     MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_SERIALIZED) {
+    if (provided < MPI_THREAD_MULTIPLE) {
       return Status::Backend(
-          "MPI was initialized without thread support (level " + std::to_string(provided) +
-          "); horovod_cpp calls MPI from its background thread: use MPI_Init_thread with "
-          "MPI_THREAD_MULTIPLE");
+          "MPI was initialized with thread level " + std::to_string(provided) +
+          " (below MPI_THREAD_MULTIPLE = " + std::to_string(MPI_THREAD_MULTIPLE) +
+          "); horovod_cpp calls MPI from several threads at once: initialize MPI with "
+          "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
     }
   }
   MPI_Comm base = use_base ? MPI_Comm_f2c(base_f) : MPI_COMM_WORLD;

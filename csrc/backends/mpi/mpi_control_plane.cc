@@ -1,6 +1,9 @@
 // Copyright horovod_cpp authors.
 #include "backends/mpi/mpi_control_plane.h"
 
+#include <algorithm>
+#include <string>
+
 #include "backends/mpi/mpi_context.h"
 #include "backends/mpi/mpi_wait.h"
 
@@ -14,23 +17,30 @@ Status MpiControlPlane::allreduce_and(std::vector<uint64_t>* words) {
 }
 
 Status MpiControlPlane::gather(const std::string& mine, std::vector<std::string>* all) {
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+  // -1: this rank's own message is too large (every rank learns it below).
+  int len = mine.size() > 0x7fffffffULL ? -1 : static_cast<int>(mine.size());
+  // Every rank gets every size (not only rank 0), so every rank sees the same total and a
+  // too-large one fails everywhere at once instead of leaving the others in the gather.
+  std::vector<int> lens(static_cast<size_t>(size_));
   MPI_Request req;
-  HVD_MPI_CHECK(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_, &req));
-  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igather (request sizes)"));
-  std::vector<int> displs;
-  std::string buf;
-  if (rank_ == 0) {
-    displs.resize(static_cast<size_t>(size_));
-    long long total = 0;
-    for (int r = 0; r < size_; ++r) {
-      displs[static_cast<size_t>(r)] = static_cast<int>(total);
-      total += lens[static_cast<size_t>(r)];
+  HVD_MPI_CHECK(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, &req));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallgather (request sizes)"));
+  std::vector<int> displs(static_cast<size_t>(size_));
+  long long total = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (lens[static_cast<size_t>(r)] < 0) {
+      return Status::Backend("the negotiation message of rank " + std::to_string(r) +
+                             " is over the 2 GiB an MPI gather can carry");
     }
-    if (total > 0x7fffffffLL) return Status::Backend("negotiation message over 2 GiB");
-    buf.resize(static_cast<size_t>(total));
+    displs[static_cast<size_t>(r)] = static_cast<int>(std::min(total, 0x7fffffffLL));
+    total += lens[static_cast<size_t>(r)];
   }
+  if (total > 0x7fffffffLL) {
+    return Status::Backend("the negotiation messages of this cycle total " + std::to_string(total) +
+                           " bytes, over the 2 GiB an MPI gather can carry");
+  }
+  std::string buf;
+  if (rank_ == 0) buf.resize(static_cast<size_t>(total));
   HVD_MPI_CHECK(MPI_Igatherv(mine.data(), len, MPI_BYTE, rank_ == 0 ? &buf[0] : nullptr,
                              lens.data(), displs.data(), MPI_BYTE, 0, comm_, &req));
   HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv (requests)"));

@@ -7,6 +7,7 @@
 
 #include "backends/nccl/gpu_device.h"
 #include "backends/nccl/nccl_internal.h"
+#include "common/fatal.h"
 #include "common/logging.h"
 
 namespace hvd {
@@ -18,6 +19,8 @@ void abort_locked(Comm& c, const std::string& why) {
   c.why = why;
   if (c.comm) {
     HVD_LOG(kError) << "aborting NCCL communicator: " << why;
+    // The peers may be waiting in the aborted work: the job ends (common/fatal.h).
+    report_fatal("NCCL communicator aborted: " + why);
     const ncclResult_t r = ncclCommAbort(c.comm);
     if (r != ncclSuccess) {
       HVD_LOG(kError) << "ncclCommAbort failed: " << ncclGetErrorString(r);

@@ -89,11 +89,18 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
   const std::string name = shm_name(tag, rank);
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
-  if (ftruncate(fd, static_cast<off_t>(s->map_bytes_)) != 0) {
-    const int e = errno;
+  // Reserve every page now: on a full /dev/shm this fails with ENOSPC, where ftruncate (a
+  // sparse file) would succeed and the first touch of a missing page would be a SIGBUS.
+  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(s->map_bytes_)); e != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    return Status::Backend("ftruncate(" + name + "): " + std::strerror(e));
+    return Status::Backend("reserving " + std::to_string(s->map_bytes_) + " bytes for " + name +
+                           " in /dev/shm failed: " + std::strerror(e) +
+                           (e == ENOSPC ? " (/dev/shm is too small: the job needs " +
+                                              std::to_string(s->map_bytes_) +
+                                              " bytes there per rank; lower "
+                                              "HOROVOD_CPP_SHM_CHUNK_BYTES or enlarge /dev/shm)"
+                                        : std::string()));
   }
   void* p = mmap(nullptr, s->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
@@ -101,8 +108,6 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
     shm_unlink(name.c_str());
     return Status::Backend("mmap(" + name + "): " + std::strerror(errno));
   }
-  // Touch every page now, so a too-small /dev/shm fails here (SIGBUS later would be fatal).
-  std::memset(p, 0, s->map_bytes_);
   Header* h = new (p) Header();
   for (auto& c : h->counter) c.store(0, std::memory_order_relaxed);
   s->maps_[static_cast<size_t>(rank)] = static_cast<unsigned char*>(p);

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "backends/mpi/mpi_context.h"
+#include "common/logging.h"
 
 namespace hvd {
 namespace {
@@ -68,11 +69,16 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
   Status s = ShmAllreduce::create(tag, rank, size, chunk_bytes, &shm);
   if (!all_agree(comm, s.ok())) {
     *why_not = s.ok() ? "another rank could not create its shared-memory segment" : s.message();
+    // Not an ordinary choice (as many hosts are): the job wanted shared memory and runs slower.
+    HVD_LOG(kWarning) << "process set " << set_id << ": shared-memory allreduce unavailable, "
+                      << "using MPI instead: " << *why_not;
     return nullptr;
   }
   s = shm->attach();
   if (!all_agree(comm, s.ok())) {
     *why_not = s.ok() ? "another rank could not map the shared-memory segments" : s.message();
+    HVD_LOG(kWarning) << "process set " << set_id << ": shared-memory allreduce unavailable, "
+                      << "using MPI instead: " << *why_not;
     return nullptr;
   }
   rc = MPI_Barrier(comm);  // everyone has mapped everyone: the names can go

@@ -1,0 +1,152 @@
+// Copyright horovod_cpp authors. Errors that only one rank can see become errors on every
+// rank (through the negotiation), and process sets added from several threads at once.
+#include <sys/mman.h>
+
+#include <atomic>
+#include <thread>
+
+#include "test_util.h"
+
+using hvd::DataType;
+using hvd::ReduceOp;
+using namespace hvdtest;
+
+namespace {
+
+// Waits for `h` and returns the error message ("" if it succeeded or timed out: both fail).
+std::string error_of(const hvd::Handle& h) {
+  try {
+    if (!h.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kDeadline))) {
+      FAIL_CHECK("'" << h.name() << "' neither completed nor failed within the deadline");
+      return "";
+    }
+    FAIL_CHECK("'" << h.name() << "' succeeded");
+  } catch (const hvd::MismatchError& e) {
+    return e.what();
+  } catch (const hvd::Error& e) {
+    FAIL_CHECK("wrong error type: " << e.what());
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("an error only one rank sees fails the tensor on every rank, naming it",
+          "[local_errors]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank(), odd = n - 1;
+  std::vector<float> v(8, 1.0f);
+  hvd::AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  for (bool cached : {false, true}) {
+    INFO("cached first: " << cached);
+    // A name of its own per round: the failed submission keeps its name pending on the odd
+    // rank until the others have reached it.
+    const std::string name = std::string("only.one.") + (cached ? "cached" : "fresh");
+    if (cached) {  // the others' submission is then a cache hit
+      for (int k = 0; k < 2; ++k) {
+        wait_ok(
+            hvd::allreduce_async(name, hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum));
+      }
+    }
+    if (me == odd) {
+      try {
+        hvd::allreduce_async(name, hvd::TensorView(nullptr, DataType::kFloat32, {8}), sum);
+        FAIL_CHECK("a null input was accepted");
+      } catch (const hvd::InvalidArgumentError& e) {
+        CHECK_THAT(e.what(), Catch::Contains("null"));
+      }
+    } else {
+      const std::string m = error_of(
+          hvd::allreduce_async(name, hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum));
+      CHECK_THAT(m, Catch::Contains("'" + name + "'"));
+      CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
+      CHECK_THAT(m, Catch::Contains("null"));
+    }
+  }
+  // A grouped allreduce where one member fails on one rank only (average of a bool tensor).
+  uint8_t flags[4] = {1, 0, 1, 1};
+  float f[4] = {1, 2, 3, 4};
+  hvd::AllreduceOptions avg;
+  std::vector<hvd::TensorView> members = {hvd::TensorView(f, DataType::kFloat32, {4}),
+                                          me == odd ? hvd::TensorView(flags, DataType::kBool, {4})
+                                                    : hvd::TensorView(f, DataType::kFloat32, {4})};
+  if (me == odd) {
+    CHECK_THROWS_AS(hvd::grouped_allreduce_async({"grp.a", "grp.b"}, members, avg),
+                    hvd::InvalidArgumentError);
+  } else {
+    members[1] = hvd::TensorView(f + 0, DataType::kFloat32, {4});
+    std::vector<float> g(4, 1.0f);
+    members[0] = hvd::TensorView(g.data(), DataType::kFloat32, {4});
+    const std::string m = error_of(hvd::grouped_allreduce_async({"grp.a", "grp.b"}, members, avg));
+    CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
+    CHECK_THAT(m, Catch::Contains("bool"));
+  }
+  // Unnamed calls stay numbered alike on every rank after a failed one.
+  if (me == odd) {
+    CHECK_THROWS_AS(
+        hvd::allreduce_async("", hvd::TensorView(nullptr, DataType::kFloat32, {8}), sum),
+        hvd::InvalidArgumentError);
+  } else {
+    CHECK_THAT(
+        error_of(hvd::allreduce_async("", hvd::TensorView(v.data(), DataType::kFloat32, {8}), sum)),
+        Catch::Contains("rank " + std::to_string(odd)));
+  }
+  float x = static_cast<float>(me);
+  wait_ok(hvd::allreduce_async("", hvd::TensorView(&x, DataType::kFloat32, {1}), sum));
+  CHECK(x == static_cast<float>(n * (n - 1) / 2));
+}
+
+TEST_CASE("alltoall over the MPI size limit fails on every rank, naming the rank",
+          "[local_errors]") {
+  Session s;
+  const int n = hvd::size();
+  // 1 GiB of address space per rank, never touched: the tensor must fail in negotiation.
+  const size_t bytes = size_t{1} << 30;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  std::vector<int64_t> splits(static_cast<size_t>(n), 0);
+  splits[0] = static_cast<int64_t>(bytes);  // everything to rank 0: n GiB >= 2 GiB there
+  const std::string m = error_of(hvd::alltoall_async(
+      "a2a.huge", hvd::TensorView(p, DataType::kUInt8, {static_cast<int64_t>(bytes), 1}), splits));
+  CHECK_THAT(m, Catch::Contains("rank 0 would send"));
+  CHECK_THAT(m, Catch::Contains("2^31-1"));
+  munmap(p, bytes);
+  float x = 1.0f;
+  hvd::AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  wait_ok(hvd::allreduce_async("after.a2a", hvd::TensorView(&x, DataType::kFloat32, {1}), sum));
+  CHECK(x == static_cast<float>(n));
+}
+
+TEST_CASE("process sets added from two threads at once", "[local_errors][process_sets]") {
+  Session s;
+  const int n = hvd::size();
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
+  hvd::ProcessSet sets[2];
+  std::atomic<int> failures{0};
+  std::thread threads[2];
+  for (int t = 0; t < 2; ++t) {
+    threads[t] = std::thread([&, t] {
+      try {
+        sets[t] = hvd::add_process_set(all);
+      } catch (const hvd::Error& e) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(failures == 0);
+  CHECK(sets[0].id != sets[1].id);
+  for (auto& ps : sets) {
+    float x = static_cast<float>(hvd::rank() + 1);
+    hvd::AllreduceOptions o;
+    o.op = ReduceOp::kSum;
+    o.process_set = ps;
+    wait_ok(hvd::allreduce_async("in.set", hvd::TensorView(&x, DataType::kFloat32, {1}), o));
+    CHECK(x == static_cast<float>(n * (n + 1) / 2));
+    hvd::remove_process_set(ps);
+  }
+}
