@@ -77,10 +77,10 @@ int main(int argc, char** argv) {
   down.shutdown = true;
   down.shutdown_reason = "horovod_cpp was shut down: rank 1 called shutdown()";
 
-  write(root / "wire", "request_list", serialize(reqs));
-  write(root / "wire", "request_list_stall", serialize(stall));
-  write(root / "wire", "response_list", serialize(resps));
-  write(root / "wire", "response_list_shutdown", serialize(down));
+  write(root / "fuzz_wire", "request_list", serialize(reqs));
+  write(root / "fuzz_wire", "request_list_stall", serialize(stall));
+  write(root / "fuzz_wire", "response_list", serialize(resps));
+  write(root / "fuzz_wire", "response_list_shutdown", serialize(down));
 
   // The controller: see fuzz_controller.cc for the layout. Rank 1 of 2: a full cycle that
   // negotiates "a", then a cycle where "a" is a cache hit.
@@ -97,7 +97,26 @@ int main(int argc, char** argv) {
     fuzz::append_piece(&s, serialize(a));
     s += '\1';
     s += word(~0ull) + word(~0ull) + word(~0ull) + word(~0ull);  // ready everywhere
-    write(root / "controller", "worker_hit", s);
+    write(root / "fuzz_controller", "worker_hit", s);
+  }
+  // Rank 1 of 2: an alltoall negotiated, then a cache hit on it (the response's splits are
+  // checked against the request's).
+  {
+    RequestList t;
+    t.requests.push_back(a2a);
+    ResponseList t_ok;
+    t_ok.responses.push_back(response_for(a2a));
+    t_ok.responses[0].first_dims = {5, 4};
+    t_ok.responses[0].all_splits = {1, 3, 1, 3};
+    std::string s(1, static_cast<char>(1 | (1 << 2)));
+    fuzz::append_piece(&s, serialize(t));
+    s += '\1';
+    s += word(~1ull);
+    fuzz::append_piece(&s, serialize(t_ok));
+    fuzz::append_piece(&s, serialize(t));
+    s += '\1';
+    s += word(~0ull) + word(~0ull) + word(~0ull) + word(~0ull);
+    write(root / "fuzz_controller", "worker_alltoall_hit", s);
   }
   // Rank 0 of 3, with a stall shutdown: both others send requests, one differs in shape.
   {
@@ -114,7 +133,7 @@ int main(int argc, char** argv) {
     s += word(~5ull);
     fuzz::append_piece(&s, serialize(stall));
     fuzz::append_piece(&s, serialize(reqs));
-    write(root / "controller", "root_mismatch", s);
+    write(root / "fuzz_controller", "root_mismatch", s);
   }
 
   // The environment, in the order Config::from_env reads it.
@@ -124,15 +143,15 @@ int main(int argc, char** argv) {
         "1", "32768", "1048576", "/tmp/timeline.json", "1", "debug"};
     std::string s;
     for (const auto& v : values) fuzz::append_piece(&s, v);
-    write(root / "config", "defaults", s);
+    write(root / "fuzz_config", "defaults", s);
     std::string t;
     for (const auto& v : {"1e3", "0.5", "18446744073709551616", "inf", "maybe"}) fuzz::append_piece(&t, v);
-    write(root / "config", "bad_values", t);
+    write(root / "fuzz_config", "bad_values", t);
   }
 
   // Tensor names.
-  write(root / "json_escape", "plain", "layer1.conv.weight");
-  write(root / "json_escape", "utf8", "gewicht\xc3\xa4\xe2\x82\xac");
-  write(root / "json_escape", "controls", "a\"b\\c\nd\te\x01\x1f");
+  write(root / "fuzz_json_escape", "plain", "layer1.conv.weight");
+  write(root / "fuzz_json_escape", "utf8", "gewicht\xc3\xa4\xe2\x82\xac");
+  write(root / "fuzz_json_escape", "controls", "a\"b\\c\nd\te\x01\x1f");
   return 0;
 }
