@@ -8,7 +8,7 @@ buffer allocation and the benchmark's warm-up steps) the resident memory may gro
 --max-rss-growth-kib and the thread and descriptor counts may not change at all.
 
   python3 scripts/soak.py                 # 10,000 steps of workload d, 1,000 of workload a
-  python3 scripts/soak.py --short         # the CI version (about a minute)
+  python3 scripts/soak.py --short         # the CI version (300 and 20 steps)
   python3 scripts/soak.py --json soak.json
 
 Growth is measured as the median of the last 10% of post-warm-up samples minus the median of
@@ -129,7 +129,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument('--build-dir', default=os.path.join(ROOT, 'build'))
     ap.add_argument('--np', type=int, default=2)
-    ap.add_argument('--short', action='store_true', help='CI version: 1,000 and 60 steps')
+    ap.add_argument('--short', action='store_true', help='CI version: 300 and 20 steps')
     ap.add_argument('--tiny-steps', type=int, help='steps of workload d (default 10000)')
     ap.add_argument('--resnet-steps', type=int, help='steps of workload a (default 1000)')
     ap.add_argument('--interval', type=float, default=0.2, help='seconds between samples')
@@ -137,8 +137,8 @@ def main():
     ap.add_argument('--max-rss-growth-kib', type=int, default=1024)
     ap.add_argument('--json', help='write the figures here')
     a = ap.parse_args()
-    tiny = a.tiny_steps or (1000 if a.short else 10000)
-    resnet = a.resnet_steps or (60 if a.short else 1000)
+    tiny = a.tiny_steps or (300 if a.short else 10000)
+    resnet = a.resnet_steps or (20 if a.short else 1000)
     bench = os.path.join(a.build_dir, 'examples', 'benchmark', 'hvd_bench')
     if not os.access(bench, os.X_OK):
         sys.exit(f'soak: {bench} not built (cmake --build {a.build_dir} --target hvd_bench)')
