@@ -4,7 +4,8 @@
 Runs examples/benchmark/hvd_bench (the same workloads and checks as the benchmark) and samples
 every rank's resident memory (VmRSS), thread count and open file descriptors from /proc while
 it runs. After the warm-up (the first --warmup-fraction of the samples, which covers start-up,
-buffer allocation and the benchmark's warm-up steps) the resident memory may grow by less than
+buffer allocation and the benchmark's warm-up steps) and until the teardown (the first sample
+with fewer threads than at the end of the warm-up), the resident memory may grow by less than
 --max-rss-growth-kib and the thread and descriptor counts may not change at all.
 
   python3 scripts/soak.py                 # 10,000 steps of workload d, 1,000 of workload a
@@ -103,6 +104,15 @@ def run_phase(label, bench, np_, bench_args, interval, warmup_fraction):
     for i, pid in enumerate(ranks):
         samples = series[pid]
         post = samples[int(warmup_fraction * len(samples)):]
+        # The run ends where the teardown begins: the first sample with fewer threads than at
+        # the end of the warm-up (hvd::shutdown() has joined the library's thread); what
+        # follows is the process freeing everything on its way out.
+        if post:
+            steady_threads = post[0][1]
+            for k, s in enumerate(post):
+                if s[1] < steady_threads:
+                    post = post[:k]
+                    break
         if len(post) < 10:
             result['ranks'].append({'rank_index': i, 'samples': len(samples),
                                     'error': 'too few samples after warm-up'})
