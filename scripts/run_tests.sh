@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: builds, runs CTest (unit tests, multi-rank tests under mpirun with 2, 3
 # and 4 ranks, package tests, GPU tests that skip without a device), then installs the Python
-# package into a venv and runs the Python tests under mpirun.
+# package into a venv and runs the Python tests under mpirun. Then the hardening runs
+# (docs/testing.md): the sanitizer builds (scripts/run_sanitizers.sh), a short fuzzing run
+# (scripts/run_fuzzers.sh) and the short soak (scripts/soak.py --short). Set SANITIZERS=0,
+# FUZZ=0 or SOAK=0 to skip one of them locally.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -22,5 +25,15 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   for np_ in 2 3; do
     bash test/fault/run_faults.sh python "$VENV/bin/python" "$np_" || status=1
   done
+fi
+
+if [ "${SOAK:-1}" != 0 ]; then
+  python3 scripts/soak.py --short --build-dir "$BUILD_DIR" || status=1
+fi
+if [ "${FUZZ:-1}" != 0 ]; then
+  bash scripts/run_fuzzers.sh || status=1
+fi
+if [ "${SANITIZERS:-1}" != 0 ]; then
+  bash scripts/run_sanitizers.sh || status=1
 fi
 exit $status

@@ -240,6 +240,7 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   HVD_RETURN_IF_ERROR(plane_->broadcast(&blob));
   ResponseList list;
   HVD_RETURN_IF_ERROR(deserialize(blob, &list));
+  HVD_RETURN_IF_ERROR(check_response_list(list, plane_->size()));
 
   for (Response& r : list.responses) {
     if (r.op == OpType::kJoin) joined_ = false;

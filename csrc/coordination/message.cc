@@ -48,7 +48,8 @@ bool Response::matches(const Request& req, int rank) const {
     case OpType::kAlltoall: {
       const size_t n = first_dims.size();
       if (req.shape.size() != shape.size() || req.shape.empty() || rank >= static_cast<int>(n) ||
-          req.shape[0] != first_dims[static_cast<size_t>(rank)] || req.splits.size() != n) {
+          req.shape[0] != first_dims[static_cast<size_t>(rank)] || req.splits.size() != n ||
+          all_splits.size() < n * (static_cast<size_t>(rank) + 1)) {
         return false;
       }
       if (!std::equal(req.shape.begin() + 1, req.shape.end(), shape.begin() + 1)) return false;

@@ -217,4 +217,33 @@ Status deserialize(const std::string& bytes, ResponseList* out) {
   return Status::OK();
 }
 
+Status check_response_list(const ResponseList& list, int set_size) {
+  const size_t n = static_cast<size_t>(set_size);
+  auto bad = [](const Response& r, const std::string& what) {
+    return Status::Backend(std::string("malformed response list message from rank 0: ") +
+                           op_type_name(r.op) + " '" + r.name + "' " + what);
+  };
+  auto negative = [](const std::vector<int64_t>& v) {
+    for (int64_t x : v) {
+      if (x < 0) return true;
+    }
+    return false;
+  };
+  for (const Response& r : list.responses) {
+    if (!r.ok()) continue;  // only the error message is used
+    if (negative(r.shape)) return bad(r, "has a negative dimension");
+    if (r.op == OpType::kAllgather || r.op == OpType::kAlltoall) {
+      if (r.first_dims.size() != n || negative(r.first_dims)) {
+        return bad(r, "needs " + std::to_string(n) + " non-negative first dimensions, has " +
+                          std::to_string(r.first_dims.size()));
+      }
+    }
+    if (r.op == OpType::kAlltoall && (r.all_splits.size() != n * n || negative(r.all_splits))) {
+      return bad(r, "needs " + std::to_string(n * n) + " non-negative splits, has " +
+                        std::to_string(r.all_splits.size()));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace hvd

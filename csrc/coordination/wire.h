@@ -23,4 +23,10 @@ std::string serialize(const ResponseList& list);
 Status deserialize(const std::string& bytes, RequestList* out);
 Status deserialize(const std::string& bytes, ResponseList* out);
 
+/// Checks what the decoder cannot: that every response's per-rank vectors fit a process set of
+/// `set_size` ranks (allgather and alltoall: one first dimension per rank; alltoall: size x size
+/// splits; no negative sizes), so that no rank indexes them out of bounds. An error names the
+/// tensor and what is wrong.
+Status check_response_list(const ResponseList& list, int set_size);
+
 }  // namespace hvd

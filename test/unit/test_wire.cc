@@ -204,3 +204,49 @@ TEST_CASE("out-of-range enums are rejected", "[wire]") {
   bad[1] = static_cast<char>(bad[1] + 1);  // unknown version
   CHECK_FALSE(deserialize(bad, &out).ok());
 }
+
+// Found with the fuzz_controller target (test/fuzz/regressions/fuzz_controller/
+// alltoall_response_short_splits): an alltoall response with fewer splits than ranks x ranks
+// was cached, and the next matching request read past the end of all_splits.
+TEST_CASE("a response whose per-rank vectors do not fit the set is rejected", "[wire]") {
+  Response a2a;
+  a2a.op = OpType::kAlltoall;
+  a2a.name = "tokens";
+  a2a.shape = {4, 2};
+  a2a.first_dims = {5, 4};
+  a2a.all_splits = {1, 3};  // 2 ranks need 4
+  Request q;
+  q.op = OpType::kAlltoall;
+  q.name = "tokens";
+  q.shape = {4, 2};
+  q.splits = {1, 3};
+  CHECK_FALSE(a2a.matches(q, 1));  // no read past the two splits (ASan checks)
+
+  ResponseList list;
+  list.responses.push_back(a2a);
+  Status st = check_response_list(list, 2);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("alltoall 'tokens'") && Catch::Contains("4") &&
+                               Catch::Contains("has 2"));
+  list.responses[0].all_splits = {1, 3, 1, 3};
+  CHECK(check_response_list(list, 2).ok());
+  list.responses[0].all_splits = {1, 3, -1, 3};
+  CHECK_FALSE(check_response_list(list, 2).ok());
+
+  Response ag;
+  ag.op = OpType::kAllgather;
+  ag.name = "emb";
+  ag.shape = {5, 8};
+  ag.first_dims = {5};
+  list.responses = {ag};
+  st = check_response_list(list, 3);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("allgather 'emb'") && Catch::Contains("has 1"));
+  list.responses[0].first_dims = {5, 0, 7};
+  CHECK(check_response_list(list, 3).ok());
+  list.responses[0].shape = {5, -8};
+  CHECK_FALSE(check_response_list(list, 3).ok());
+  // An error response carries only its message: nothing else is checked.
+  list.responses[0].error = "allgather 'emb': rank 0 sent float32, rank 1 sent int32";
+  CHECK(check_response_list(list, 3).ok());
+}
