@@ -2,6 +2,7 @@
 // rank (through the negotiation), and process sets added from several threads at once.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -140,6 +141,10 @@ TEST_CASE("process sets added from two threads at once", "[local_errors][process
   for (auto& t : threads) t.join();
   REQUIRE(failures == 0);
   CHECK(sets[0].id != sets[1].id);
+  // Which thread got which id may differ from rank to rank (both sets have the same members):
+  // use them in id order, the same on every rank.
+  std::sort(std::begin(sets), std::end(sets),
+            [](const hvd::ProcessSet& a, const hvd::ProcessSet& b) { return a.id < b.id; });
   for (auto& ps : sets) {
     float x = static_cast<float>(hvd::rank() + 1);
     hvd::AllreduceOptions o;
