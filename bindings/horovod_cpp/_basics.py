@@ -97,6 +97,8 @@ def init(comm=None, process_sets=None):
     _check_distinct([ps.ranks for ps in sets])
     _C.init(fortran, [list(ps.ranks) for ps in sets])
     _registry.clear()
+    from . import _objects
+    _objects._allgather_object_calls.clear()  # the core's counters start afresh too
     global_process_set.ranks = list(range(_C.size()))
     _registry[0] = global_process_set
     for i, ps in enumerate(sets, start=1):
@@ -322,6 +324,8 @@ def remove_process_set(process_set):
             or process_set.process_set_id == 0):
         return False
     _C.remove_process_set(process_set.process_set_id)
+    from . import _objects
+    _objects._allgather_object_calls.pop(process_set.process_set_id, None)
     _registry.pop(process_set.process_set_id, None)
     process_set._invalidate()
     return True

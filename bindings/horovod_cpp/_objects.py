@@ -30,12 +30,28 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     return pickle.loads(payload.tobytes())
 
 
+# Per process set: how many unnamed allgather_object calls completed their size exchange.
+_allgather_object_calls = {}
+
+
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order (pickled)."""
+    """Returns the list of every rank's `obj`, in rank order (pickled).
+
+    Unnamed calls get their own names, "allgather_object.<n>" (n counts this set's unnamed
+    calls whose size exchange completed), so they pair up across ranks regardless of other
+    unnamed allgathers, and a call that failed everywhere it ran (for instance while another
+    rank had joined) does not shift the numbering."""
     sid = _set_id(process_set)
     payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
-    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), _sub(name, "sizes"), sid).result()
-    data = _C.allgather_async(payload, _sub(name, "data"), sid).result()
+    if name is None:
+        n = _allgather_object_calls.get(sid, 0)
+        base = f"allgather_object.{n}"
+    else:
+        base = str(name)
+    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), f"{base}.sizes", sid).result()
+    if name is None:
+        _allgather_object_calls[sid] = n + 1
+    data = _C.allgather_async(payload, f"{base}.data", sid).result()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(data[offset:offset + n].tobytes()))

@@ -92,7 +92,10 @@ class _DistributedOptimizer:
                     self._p_to_group[p] = g
                 self._group_ready[g] = set()
 
-        if size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+        self._sparse_params = set()  # parameters seen with a sparse gradient
+        # A rank outside the process set steps on its own gradients, without communicating.
+        self._included = process_set is None or bool(process_set.included())
+        if self._included and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
             self._register_hooks()
 
     # ---- hooks ---------------------------------------------------------------------------
@@ -136,10 +139,17 @@ class _DistributedOptimizer:
 
     def _prepare_grad(self, p):
         if p.grad is None:
-            # Not computed here (unused in this forward pass) but maybe on other ranks.
-            p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse and self.sparse_as_dense:
-            p.grad = p.grad.to_dense()
+            # Not computed here (unused in this forward pass) but maybe on other ranks: zeros,
+            # sparse for a parameter that had sparse gradients before (so that the ranks agree
+            # on allgather versus allreduce).
+            if p in self._sparse_params and not self.sparse_as_dense:
+                p.grad = _empty_sparse_like(p)
+            else:
+                p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            self._sparse_params.add(p)
+            if self.sparse_as_dense:
+                p.grad = p.grad.to_dense()
         return p.grad
 
     def _allreduce_grad_async(self, p):
@@ -181,7 +191,11 @@ class _DistributedOptimizer:
     # ---- public API ------------------------------------------------------------------------
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet) and writes
-        the averaged gradients into p.grad."""
+        the averaged gradients into p.grad. On a rank outside the optimizer's process set
+        there is nothing to wait for (its gradients stay local), as in Horovod."""
+        if not self._included:
+            self._synchronized = True
+            return
         if self._groups is None:
             for p in self._requires_update - set(self._handles):
                 self._handles[p] = self._allreduce_grad_async(p)
@@ -238,6 +252,14 @@ class _DistributedOptimizer:
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
         return self._hvd_base_class.zero_grad(self, *args, **kwargs)
+
+
+def _empty_sparse_like(p):
+    """A sparse COO gradient of p's shape with no entries, in the (rows) layout of
+    nn.Embedding's gradients: one sparse dimension, dense rows."""
+    return torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64),
+                                   torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype),
+                                   p.shape)
 
 
 class _GroupHandle:
