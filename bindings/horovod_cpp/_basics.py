@@ -99,6 +99,7 @@ def init(comm=None, process_sets=None):
     _registry.clear()
     from . import _objects
     _objects._allgather_object_calls.clear()  # the core's counters start afresh too
+    _objects._broadcast_object_calls.clear()
     global_process_set.ranks = list(range(_C.size()))
     _registry[0] = global_process_set
     for i, ps in enumerate(sets, start=1):
@@ -326,6 +327,7 @@ def remove_process_set(process_set):
     _C.remove_process_set(process_set.process_set_id)
     from . import _objects
     _objects._allgather_object_calls.pop(process_set.process_set_id, None)
+    _objects._broadcast_object_calls.pop(process_set.process_set_id, None)
     _registry.pop(process_set.process_set_id, None)
     process_set._invalidate()
     return True

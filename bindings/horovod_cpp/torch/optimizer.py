@@ -93,6 +93,7 @@ class _DistributedOptimizer:
                 self._group_ready[g] = set()
 
         self._sparse_params = set()  # parameters seen with a sparse gradient
+        self._dense_of_sparse = {}   # param -> sparse_dim of its gradient reduced dense
         # A rank outside the process set steps on its own gradients, without communicating.
         self._included = process_set is None or bool(process_set.included())
         if self._included and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
@@ -142,13 +143,15 @@ class _DistributedOptimizer:
             # Not computed here (unused in this forward pass) but maybe on other ranks: zeros,
             # sparse for a parameter that had sparse gradients before (so that the ranks agree
             # on allgather versus allreduce).
-            if p in self._sparse_params and not self.sparse_as_dense:
+            if p in self._sparse_params:
                 p.grad = _empty_sparse_like(p)
             else:
                 p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
             self._sparse_params.add(p)
             if self.sparse_as_dense:
+                # Reduced dense, handed back sparse (in the same layout), as Horovod does.
+                self._dense_of_sparse[p] = p.grad.sparse_dim()
                 p.grad = p.grad.to_dense()
         return p.grad
 
@@ -222,6 +225,8 @@ class _DistributedOptimizer:
             if result is not p.grad:
                 with torch.no_grad():
                     p.grad.set_(result)
+            if p in self._dense_of_sparse:
+                p.grad = p.grad.to_sparse(self._dense_of_sparse.pop(p))
         self._handles.clear()
         self._synchronized = True
 
