@@ -252,10 +252,13 @@ class ProcessSet:
         return _C.process_set_rank(self.process_set_id)
 
     def included(self):
-        """True when this rank belongs to the set (None while unregistered)."""
-        if self.process_set_id is None:
+        """True when this rank belongs to the set; as in Horovod this needs only the ranks, not
+        registration (None for a set given as a communicator not yet resolved)."""
+        if self.ranks is None:
             return None
-        return _C.process_set_rank(self.process_set_id) >= 0
+        if self.process_set_id == 0:
+            return True
+        return _C.rank() in self.ranks
 
     def __str__(self):
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"

@@ -348,3 +348,40 @@ def test_sparse_gradients(rank, size, sparse_as_dense):
         ref.weight.grad = want.to_sparse(1)
         ref_opt.step()
         torch.testing.assert_close(emb.weight.detach(), ref.weight.detach())
+
+
+# ---- further differences: optimizer methods of Horovod's DistributedOptimizer -------------
+def test_optimizer_set_backward_passes_and_load_state_dict(rank, size):
+    torch.manual_seed(3)
+    model = torch.nn.Linear(2, 1, bias=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
+                                   named_parameters=model.named_parameters())
+    opt.set_backward_passes_per_step(2)
+    w0 = model.weight.detach().clone()
+    xs = {r: rank_tensor(r, (3, 2), torch.float32, seed=71) for r in range(size)}
+    for _ in range(2):  # two local passes, one reduction
+        model(xs[rank]).sum().backward()
+    opt.step()
+    # the gradient of sum(x @ w) is the column sums of x, accumulated twice, then averaged
+    want = w0 - sum(2 * xs[r].sum(0) for r in range(size)) / size
+    torch.testing.assert_close(model.weight.detach(), want.reshape(1, 2))
+    with pytest.raises(ValueError):
+        opt.set_backward_passes_per_step(0)
+    # load_state_dict() keeps the optimizer usable and restarts the pass count
+    opt.zero_grad()
+    model(xs[rank]).sum().backward()
+    opt.load_state_dict(opt.state_dict())
+    assert opt._handles == {}
+    opt.zero_grad()
+    for _ in range(2):
+        model(xs[rank]).sum().backward()
+    opt.step()
+    want = want - sum(2 * xs[r].sum(0) for r in range(size)) / size
+    torch.testing.assert_close(model.weight.detach(), want.reshape(1, 2))
+
+
+def test_process_set_included_before_registration(rank, size):
+    ps = hvd.ProcessSet([0])  # Horovod answers from the ranks, registered or not
+    assert ps.included() is (rank == 0)
+    assert ps.size() is None and ps.rank() is None
+    assert hvd.global_process_set.included() is True

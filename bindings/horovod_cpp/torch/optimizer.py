@@ -251,6 +251,27 @@ class _DistributedOptimizer:
         self._synchronized = False
         return self._hvd_base_class.step(self, closure)
 
+    def set_backward_passes_per_step(self, passes):
+        """Changes how many backward passes accumulate locally before gradients are reduced
+        (and restarts the count), as Horovod's optimizer does."""
+        if not isinstance(passes, int) or passes < 1:
+            raise ValueError("backward_passes_per_step must be a positive integer")
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        """Loads the wrapped optimizer's state; pending gradient reductions are forgotten and
+        the backward-pass count restarts, as in Horovod."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for g in self._group_ready:
+            self._group_ready[g] = set()
+        return self._hvd_base_class.load_state_dict(self, *args, **kwargs)
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
