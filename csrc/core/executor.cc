@@ -107,10 +107,12 @@ unsigned char* Executor::scratch(int64_t bytes) {
 }
 
 Status Executor::reduce_buffer(void* buf, int64_t count, const Response& r) {
-  const bool fp = is_floating_point(r.dtype);
-  if (fp) scale_buffer(buf, count, r.dtype, r.prescale);
+  // Integers are scaled too when a factor is given (in double, truncated, as Horovod does);
+  // without one, their Average divides exactly.
+  const bool scaled = is_floating_point(r.dtype) || r.postscale != 1.0;
+  scale_buffer(buf, count, r.dtype, r.prescale);
   HVD_RETURN_IF_ERROR(plane_->allreduce(buf, count, r.dtype, r.reduce_op));
-  if (fp) {
+  if (scaled) {
     double post = r.postscale;
     if (r.reduce_op == ReduceOp::kAverage) post /= static_cast<double>(size_);
     scale_buffer(buf, count, r.dtype, post);
@@ -145,7 +147,7 @@ Status Executor::allreduce_shm(const std::vector<const Response*>& rs, std::vect
     if (e.output.data != e.input.data) {
       std::memcpy(e.output.data, e.input.data, static_cast<size_t>(e.input.nbytes()));
     }
-    if (fp) scale_buffer(e.output.data, count, r0.dtype, r0.prescale);
+    scale_buffer(e.output.data, count, r0.dtype, r0.prescale);
     segs.push_back({e.output.data, count});
   }
   double scale = r0.postscale;
@@ -153,6 +155,13 @@ Status Executor::allreduce_shm(const std::vector<const Response*>& rs, std::vect
   if (r0.reduce_op == ReduceOp::kAverage) {
     scale /= static_cast<double>(size_);
     divisor = size_;
+  }
+  if (!fp) {  // integers: scaled (in double) only when a postscale factor is given
+    if (r0.postscale == 1.0) {
+      scale = 1.0;
+    } else {
+      divisor = 1;
+    }
   }
   Status s = shm_->allreduce(segs, r0.dtype, r0.reduce_op, scale, divisor);
   if (!s.ok()) {
@@ -269,11 +278,10 @@ Status Executor::reducescatter(const Response& r, TensorEntry& e) {
   const int64_t bytes = total * static_cast<int64_t>(dtype_size(r.dtype));
   unsigned char* in = scratch(bytes);
   std::memcpy(in, e.input.data, static_cast<size_t>(bytes));
-  const bool fp = is_floating_point(r.dtype);
-  if (fp) scale_buffer(in, total, r.dtype, r.prescale);
+  scale_buffer(in, total, r.dtype, r.prescale);
   HVD_RETURN_IF_ERROR(plane_->reducescatter(in, out.data(), counts, r.dtype, r.reduce_op));
   const int64_t mine = counts[static_cast<size_t>(rank_)];
-  if (fp) {
+  if (is_floating_point(r.dtype) || r.postscale != 1.0) {  // integers: as in reduce_buffer
     double post = r.postscale;
     if (r.reduce_op == ReduceOp::kAverage) post /= static_cast<double>(size_);
     scale_buffer(out.data(), mine, r.dtype, post);

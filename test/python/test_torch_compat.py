@@ -385,3 +385,12 @@ def test_process_set_included_before_registration(rank, size):
     assert ps.included() is (rank == 0)
     assert ps.size() is None and ps.rank() is None
     assert hvd.global_process_set.included() is True
+
+
+def test_broadcast_parameters_checks_every_entry_first(rank, size):
+    good = torch.full((3,), float(rank))
+    with pytest.raises(TypeError):
+        hvd.broadcast_parameters([good, "not a tensor"], root_rank=0)
+    assert torch.equal(good, torch.full((3,), float(rank)))  # nothing was broadcast
+    hvd.broadcast_parameters([good], root_rank=size - 1)
+    assert torch.equal(good, torch.full((3,), float(size - 1)))
