@@ -125,7 +125,8 @@ def test_scale_factor_errors_are_local(rank, size):
 def test_reducescatter_gradient(rank, size, dtype, opname, op):
     rows = 2 * size + 1
     x = rank_tensor(rank, (rows, 2), dtype, seed=66).requires_grad_()
-    out = hvd.reducescatter(x, op=op, prescale_factor=2.0, name=f"c.rs.grad.{dtype}.{opname}")
+    # a scale factor that the gradient must ignore (5: no set size here divides it)
+    out = hvd.reducescatter(x, op=op, prescale_factor=5.0, name=f"c.rs.grad.{dtype}.{opname}")
     w = torch.arange(out.numel(), dtype=dtype).reshape(out.shape) + 100 * rank
     (w * out).sum().backward()
     # Horovod: the allgather of the output gradients, times the set size for Sum
