@@ -198,6 +198,8 @@ def _collective(kind, rank, size, first, tag):
         return hvd.reducescatter(t, name=tag)
     if kind == "grouped_reducescatter":
         return hvd.grouped_reducescatter([t, t], name=tag)
+    if kind == "barrier":
+        return hvd.barrier()
     if kind == "allgather_object":
         return hvd.allgather_object({"rank": rank})  # unnamed: its own numbering
     if kind == "broadcast_object":
@@ -206,7 +208,8 @@ def _collective(kind, rank, size, first, tag):
 
 
 JOIN_KINDS = ["allgather", "grouped_allgather", "broadcast", "broadcast_", "alltoall",
-              "reducescatter", "grouped_reducescatter", "allgather_object", "broadcast_object"]
+              "reducescatter", "grouped_reducescatter", "barrier", "allgather_object",
+              "broadcast_object"]
 
 
 @pytest.mark.parametrize("kind", JOIN_KINDS)
