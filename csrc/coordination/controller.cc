@@ -58,9 +58,16 @@ void Controller::absorb(std::vector<Request> incoming) {
     if (q.op == OpType::kJoin) joined_ = true;
   }
   auto hit_of = [&](const Request& q) -> std::optional<uint32_t> {
-    // While a rank has joined, tensors go in full: rank 0 must see who submitted what.
-    if (!cache_.enabled() || others_joined_ || joined_) return std::nullopt;
+    if (!cache_.enabled()) return std::nullopt;
     auto bit = cache_.find(q.name);
+    if (others_joined_ || joined_) {
+      // While a rank has joined, tensors go in full: rank 0 must see who submitted what. The
+      // entry is invalidated too: a rank that submits the same tensor after the join ended
+      // (others_joined_ is a cycle late) would otherwise set its bit and wait for ever for
+      // this rank's bit, while this rank's full request waits for its full one.
+      if (bit) invalid_bits_.insert(*bit);
+      return std::nullopt;
+    }
     if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.count(*bit)) {
       return bit;
     }

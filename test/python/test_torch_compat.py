@@ -398,3 +398,24 @@ def test_broadcast_parameters_checks_every_entry_first(rank, size):
     assert torch.equal(good, torch.full((3,), float(rank)))  # nothing was broadcast
     hvd.broadcast_parameters([good], root_rank=size - 1)
     assert torch.equal(good, torch.full((3,), float(size - 1)))
+
+
+# ---- found on the way: a cached tensor submitted right after a join -----------------------
+def test_cached_tensor_right_after_join(rank, size):
+    """Rank 0 submits a tensor the response cache knows in the cycle right after every rank
+    joined, the others a little later. Before the fix rank 0 sent it in full (the joined state
+    is seen a cycle late) while the others set its cache bit, and both waited for ever."""
+    import time
+    x = torch.full((3,), float(rank + 1))
+    want = [float(size * (size + 1) // 2)] * 3
+    for _ in range(2):  # now in the response cache
+        assert hvd.allreduce(x, op=hvd.Sum, name="c.cached.after.join").tolist() == want
+    hvd.join()
+    if rank != 0:
+        time.sleep(0.3)
+    h = hvd.allreduce_async(x, op=hvd.Sum, name="c.cached.after.join")
+    deadline = time.monotonic() + 30
+    while not hvd.poll(h):
+        assert time.monotonic() < deadline, "allreduce after join did not complete"
+        time.sleep(0.01)
+    assert hvd.synchronize(h).tolist() == want
