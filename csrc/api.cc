@@ -196,9 +196,14 @@ void set_reduction(Request& q, ReduceOp op, double pre, double post) {
   if (q.dtype == DataType::kBool && op == ReduceOp::kAverage) {
     throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
   }
-  if (!is_floating_point(q.dtype) && (pre != 1.0 || post != 1.0)) {
+  // Integer tensors are scaled in double and truncated (Horovod's rule) on the CPU; the GPU
+  // kernels scale floating types only.
+  if ((pre != 1.0 || post != 1.0) && !is_floating_point(q.dtype) &&
+      (q.dtype == DataType::kBool || q.device.is_cuda())) {
     throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
-                               "floating-point tensor, not " + dtype_name(q.dtype));
+                               "floating-point tensor" +
+                               (q.dtype == DataType::kBool ? "" : " on a CUDA device") + ", not " +
+                               dtype_name(q.dtype));
   }
 }
 

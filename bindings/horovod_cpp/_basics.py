@@ -97,6 +97,9 @@ def init(comm=None, process_sets=None):
     _check_distinct([ps.ranks for ps in sets])
     _C.init(fortran, [list(ps.ranks) for ps in sets])
     _registry.clear()
+    from . import _objects
+    _objects._allgather_object_calls.clear()  # the core's counters start afresh too
+    _objects._broadcast_object_calls.clear()
     global_process_set.ranks = list(range(_C.size()))
     _registry[0] = global_process_set
     for i, ps in enumerate(sets, start=1):
@@ -249,10 +252,13 @@ class ProcessSet:
         return _C.process_set_rank(self.process_set_id)
 
     def included(self):
-        """True when this rank belongs to the set (None while unregistered)."""
-        if self.process_set_id is None:
+        """True when this rank belongs to the set; as in Horovod this needs only the ranks, not
+        registration (None for a set given as a communicator not yet resolved)."""
+        if self.ranks is None:
             return None
-        return _C.process_set_rank(self.process_set_id) >= 0
+        if self.process_set_id == 0:
+            return True
+        return _C.rank() in self.ranks
 
     def __str__(self):
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
@@ -322,6 +328,9 @@ def remove_process_set(process_set):
             or process_set.process_set_id == 0):
         return False
     _C.remove_process_set(process_set.process_set_id)
+    from . import _objects
+    _objects._allgather_object_calls.pop(process_set.process_set_id, None)
+    _objects._broadcast_object_calls.pop(process_set.process_set_id, None)
     _registry.pop(process_set.process_set_id, None)
     process_set._invalidate()
     return True

@@ -218,10 +218,10 @@ def join(device=-1):
     """This rank has no more data: until every rank has joined it contributes zeros to the
     other ranks' allreduces (Average still divides by the full size); any other collective
     issued meanwhile fails on every rank. Returns the last rank to join (the same everywhere).
-    Global set only. device: only -1 (CPU) is supported."""
-    if device is not None and int(device) != -1:
-        raise NotImplementedError("horovod_cpp: join(device=...) with a GPU device is not "
-                                  "supported (CPU only)")
+    Global set only. device: Horovod's device for its zero tensors; accepted and not needed
+    (the library supplies the zeros)."""
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"join(device=...) expects an int device id, got {type(device).__name__}")
     return _C.join()
 
 

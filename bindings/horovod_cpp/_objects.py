@@ -8,13 +8,15 @@ from . import _C
 from ._basics import _set_id, global_process_set, rank
 
 
-def _sub(name, suffix):
-    return "" if name is None else f"{name}.{suffix}"
+# Per process set: how many unnamed broadcast_object calls completed their size broadcast.
+_broadcast_object_calls = {}
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's (a global rank) `obj` on every rank of the set (pickled; every rank, root included, gets an
-    unpickled copy). Unnamed calls are matched by call order."""
+    """Returns root_rank's (a global rank) `obj` on every rank of the set (pickled; every rank,
+    root included, gets an unpickled copy). Unnamed calls are named "broadcast_object.<n>"
+    (n counts this set's unnamed calls whose size broadcast completed), so other unnamed
+    broadcasts, or a call that failed everywhere it ran, do not shift the pairing."""
     sid = _set_id(process_set)
     root_rank = int(root_rank)
     if rank() == root_rank:
@@ -23,19 +25,42 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     else:
         payload = None
         length = np.zeros(1, dtype=np.int64)
-    _C.broadcast_async(length, root_rank, _sub(name, "size"), sid).wait()
+    if name is None:
+        n = _broadcast_object_calls.get(sid, 0)
+        base = f"broadcast_object.{n}"
+    else:
+        base = str(name)
+    _C.broadcast_async(length, root_rank, f"{base}.size", sid).wait()
+    if name is None:
+        _broadcast_object_calls[sid] = n + 1
     if payload is None:
         payload = np.empty(int(length[0]), dtype=np.uint8)
-    _C.broadcast_async(payload, root_rank, _sub(name, "data"), sid).wait()
+    _C.broadcast_async(payload, root_rank, f"{base}.data", sid).wait()
     return pickle.loads(payload.tobytes())
 
 
+# Per process set: how many unnamed allgather_object calls completed their size exchange.
+_allgather_object_calls = {}
+
+
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order (pickled)."""
+    """Returns the list of every rank's `obj`, in rank order (pickled).
+
+    Unnamed calls get their own names, "allgather_object.<n>" (n counts this set's unnamed
+    calls whose size exchange completed), so they pair up across ranks regardless of other
+    unnamed allgathers, and a call that failed everywhere it ran (for instance while another
+    rank had joined) does not shift the numbering."""
     sid = _set_id(process_set)
     payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
-    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), _sub(name, "sizes"), sid).result()
-    data = _C.allgather_async(payload, _sub(name, "data"), sid).result()
+    if name is None:
+        n = _allgather_object_calls.get(sid, 0)
+        base = f"allgather_object.{n}"
+    else:
+        base = str(name)
+    sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), f"{base}.sizes", sid).result()
+    if name is None:
+        _allgather_object_calls[sid] = n + 1
+    data = _C.allgather_async(payload, f"{base}.data", sid).result()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(data[offset:offset + n].tobytes()))

@@ -58,11 +58,15 @@ void Controller::absorb(std::vector<Request> incoming) {
     if (q.op == OpType::kJoin) joined_ = true;
   }
   auto hit_of = [&](const Request& q) -> std::optional<uint32_t> {
-    // While a rank has joined, tensors go in full: rank 0 must see who submitted what.
-    if (!cache_.enabled() || others_joined_ || joined_) return std::nullopt;
+    if (!cache_.enabled()) return std::nullopt;
     auto bit = cache_.find(q.name);
-    if (bit && !q.error.empty()) {  // a local error: every rank must see it in full
-      invalid_bits_.insert(*bit);
+    // In full, and out of the cache, while a rank has joined (rank 0 must see who submitted
+    // what; a rank that submits the same tensor after the join ended -- others_joined_ is a
+    // cycle late -- would otherwise set its bit and wait for ever for this rank's bit, while
+    // this rank's full request waits for its full one), and for a local error (every rank
+    // must see it in full).
+    if (others_joined_ || joined_ || !q.error.empty()) {
+      if (bit) invalid_bits_.insert(*bit);
       return std::nullopt;
     }
     if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.count(*bit)) {

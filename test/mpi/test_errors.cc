@@ -139,7 +139,7 @@ TEST_CASE("local misuse is rejected at once", "[errors]") {
   hvd::AllreduceOptions scaled;
   scaled.op = ReduceOp::kSum;
   scaled.prescale_factor = 2.0;
-  CHECK_THROWS_AS(hvd::allreduce_async("int.scaled", hvd::TensorView(ints, DataType::kInt32, {4}), scaled),
+  CHECK_THROWS_AS(hvd::allreduce_async("bool.scaled", hvd::TensorView(flags, DataType::kBool, {4}), scaled),
                   hvd::InvalidArgumentError);
   CHECK_THROWS_AS(hvd::broadcast_async("bad.root", hvd::TensorView(f, DataType::kFloat32, {4}), hvd::size()),
                   hvd::InvalidArgumentError);

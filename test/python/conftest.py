@@ -1,6 +1,9 @@
 """Every rank runs the same tests in the same order under mpirun; collectives pair up by
 name or call order. horovod_cpp is initialised once per process."""
 
+import faulthandler
+import os
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,18 @@ import horovod_cpp as hvd
 def horovod():
     hvd.init()
     yield hvd
+
+
+@pytest.fixture(autouse=True)
+def per_test_timeout():
+    """A test that runs past HVD_TEST_TIMEOUT_S (default 180 s) dumps every thread's stack
+    and ends this rank's process (exit code 1), so mpirun ends the run: a regression that
+    hangs a collective fails instead of waiting for the whole run's timeout. The watchdog is a
+    C thread, so it fires even while the main thread waits inside the library."""
+    faulthandler.dump_traceback_later(float(os.environ.get("HVD_TEST_TIMEOUT_S", "180")),
+                                      exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

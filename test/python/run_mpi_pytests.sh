@@ -5,7 +5,8 @@
 #
 #   test/python/run_mpi_pytests.sh [pytest args...]
 # Environment: PYTHON (default: /work/main/.venv/bin/python if it exists, else python3),
-#   NP_LIST (default "2 3"), TIMEOUT_S per run (default 600). The package must be installed
+#   NP_LIST (default "2 3"), TIMEOUT_S per run (default 600), HVD_TEST_TIMEOUT_S per test
+#   (default 180; conftest.py ends a rank whose test runs longer). The package must be installed
 #   (pip install .) or on PYTHONPATH (e.g. build-py/bindings/python).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -21,6 +22,7 @@ export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECOND
 
 export_args=(-x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)
 [ -n "${PYTHONPATH:-}" ] && export_args+=(-x PYTHONPATH)
+[ -n "${HVD_TEST_TIMEOUT_S:-}" ] && export_args+=(-x HVD_TEST_TIMEOUT_S)  # per test (conftest.py)
 
 status=0
 for np_ in $NP_LIST; do

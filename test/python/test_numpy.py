@@ -251,7 +251,7 @@ def test_local_misuse_is_value_error():
     with pytest.raises(ValueError):
         hvd.allreduce(np.array([True, False]), op=hvd.Average)
     with pytest.raises(ValueError):
-        hvd.allreduce(np.ones(2, dtype=np.int32), op=hvd.Sum, prescale_factor=2.0)
+        hvd.allreduce(np.ones(2, dtype=np.bool_), op=hvd.Sum, prescale_factor=2.0)
     with pytest.raises(ValueError):
         hvd.broadcast(np.zeros(2), root_rank=hvd.size())
     with pytest.raises(ValueError):
@@ -277,8 +277,8 @@ def test_duplicate_pending_name_is_value_error(rank, size):
 def test_still_not_implemented():
     with pytest.raises(NotImplementedError):
         hvd.allreduce(np.zeros(2), op=hvd.Adasum)
-    with pytest.raises(NotImplementedError):
-        hvd.join(device=0)
+    with pytest.raises(TypeError):
+        hvd.join(device="cuda:0")
 
 
 def test_unregistered_process_set_is_value_error():

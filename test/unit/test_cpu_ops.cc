@@ -219,13 +219,32 @@ TEST_CASE("scale_buffer", "[cpu_ops]") {
     REQUIRE(h2[i] == ref_float_to_half(static_cast<float>(ref_half_value(h[i]) * ff)));
     REQUIRE(bf2[i] == ref_float_to_bf16(static_cast<float>(ref_bf16_value(bf[i]) * ff)));
   }
-  // Factor 1 and integer dtypes leave the data alone.
-  std::vector<int32_t> ints = {1, -2, 3};
-  scale_buffer(ints.data(), 3, DataType::kInt32, 0.5);
-  CHECK(ints == std::vector<int32_t>{1, -2, 3});
+  // Factor 1 leaves the data alone.
   auto f3 = f;
   scale_buffer(f3.data(), static_cast<int64_t>(n), DataType::kFloat32, 1.0);
   CHECK(f3 == f);
+}
+
+TEST_CASE("scale_buffer on integers: in double, truncated toward zero", "[cpu_ops]") {
+  std::vector<int32_t> a = {1, -2, 3, -3, 7, 0, 2147483647};
+  scale_buffer(a.data(), static_cast<int64_t>(a.size()), DataType::kInt32, 0.5);
+  CHECK(a == std::vector<int32_t>{0, -1, 1, -1, 3, 0, 1073741823});
+  std::vector<int64_t> b = {10, -10, 4000000000LL, 3};
+  scale_buffer(b.data(), 4, DataType::kInt64, 0.3);  // 10 * 0.3 = 3.0000000000000004
+  CHECK(b == std::vector<int64_t>{3, -3, 1200000000, 0});
+  std::vector<int8_t> c = {-5, 5, 60, 100};
+  scale_buffer(c.data(), 4, DataType::kInt8, 1.5);  // 150 does not fit: wraps like sums do
+  CHECK(c == std::vector<int8_t>{-7, 7, 90, static_cast<int8_t>(150 - 256)});
+  std::vector<uint8_t> d = {255, 3, 10};
+  scale_buffer(d.data(), 3, DataType::kUInt8, 0.25);
+  CHECK(d == std::vector<uint8_t>{63, 0, 2});
+  std::vector<int16_t> e = {-32768, 1000, -1};
+  scale_buffer(e.data(), 3, DataType::kInt16, 2.5);
+  CHECK(e == std::vector<int16_t>{-16384, 2500, -2});  // -81920 wraps to -16384
+  uint8_t flags[2] = {1, 0};  // bool: never scaled (rejected at submission)
+  scale_buffer(flags, 2, DataType::kBool, 3.0);
+  CHECK(flags[0] == 1);
+  CHECK(flags[1] == 0);
 }
 
 TEST_CASE("divide_integers truncates toward zero", "[cpu_ops]") {

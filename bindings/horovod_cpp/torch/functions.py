@@ -5,7 +5,7 @@ import torch
 
 from .. import _objects
 from .._basics import _set_id, global_process_set, rank
-from .mpi_ops import broadcast_async_, synchronize
+from .mpi_ops import _check_tensor, broadcast_async_, synchronize
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -20,6 +20,12 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError("invalid params of type: %s" % type(params))
+    # Every tensor is checked before the first broadcast is submitted, so a bad entry cannot
+    # leave some broadcasts pending.
+    for name, p in items:
+        if p is not None:
+            _check_tensor(p, f"params[{name!r}]" if name is not None else "a parameter")
+    _set_id(process_set)
     handles = []
     for i, (name, p) in enumerate(items):
         if p is None:

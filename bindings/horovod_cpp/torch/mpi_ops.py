@@ -329,6 +329,19 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 # ---- sparse allreduce --------------------------------------------------------------------
+def _rows_layout(tensor):
+    """`tensor` (sparse COO) coalesced with one sparse dimension and dense rows, the layout of
+    nn.Embedding's gradients, so that every rank allgathers indices and values of the same
+    shapes (zero_() turns a sparse gradient into an all-sparse-dims tensor with no entries)."""
+    if tensor.sparse_dim() != 1 and tensor.dim() > 0:
+        if tensor._nnz() == 0:
+            return torch.sparse_coo_tensor(
+                torch.zeros((1, 0), dtype=torch.int64),
+                torch.zeros((0,) + tuple(tensor.shape[1:]), dtype=tensor.dtype), tensor.shape)
+        tensor = tensor.to_dense().to_sparse(1)
+    return tensor.coalesce()
+
+
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Reduces a sparse COO tensor by allgathering its indices and values (as Horovod does).
     Returns a callable that waits and returns the reduced sparse tensor."""
@@ -337,7 +350,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         raise ValueError("sparse_allreduce_async needs a sparse tensor")
     if op not in (Average, Sum):
         raise ValueError("sparse_allreduce_async supports op=Average and op=Sum only")
-    t = tensor.coalesce()
+    t = _rows_layout(tensor)
     prefix = "sparse" if name is None else name
     indices_h = allgather_async(t.indices().transpose(0, 1).contiguous(),
                                 name=f"{prefix}.indices", process_set=process_set)
@@ -402,27 +415,38 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # ---- alltoall ----------------------------------------------------------------------------
 def _splits_list(splits):
+    """alltoall's splits as a list of ints, checked on this rank before anything is submitted:
+    a splits tensor must be int32 (Horovod's rule) and one-dimensional."""
     if splits is None:
         return []
     if isinstance(splits, torch.Tensor):
-        splits = splits.tolist()
-    return [int(s) for s in splits]
+        if splits.dtype != torch.int32:
+            raise ValueError(f"alltoall: splits must be an int32 tensor (or a list of ints), "
+                             f"got {splits.dtype}")
+        if splits.dim() != 1:
+            raise ValueError(f"alltoall: splits must be one-dimensional, got shape "
+                             f"{list(splits.shape)}")
+        return [int(s) for s in splits.tolist()]
+    try:
+        return [int(s) for s in splits]
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"alltoall: splits must be a sequence of integers: {e}") from e
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending splits[r] rows (dimension 0) of `tensor` to rank r of the set, in order
     (None: an even split). synchronize() returns (output, received_splits): what every rank
-    sent this one, concatenated in rank order, and the rows from each (int32, or the dtype of
-    `splits` when it is a tensor)."""
+    sent this one, concatenated in rank order, and the rows from each (int32). A splits
+    tensor must be int32 (ValueError otherwise, raised before anything is submitted)."""
     _check_tensor(tensor)
     sid = _set_id(process_set)
     dtype = tensor.dtype
-    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
-    native = _C.alltoall_async(_contiguous_input(tensor), _splits_list(splits), _name(name), sid)
+    split_list = _splits_list(splits)
+    native = _C.alltoall_async(_contiguous_input(tensor), split_list, _name(name), sid)
 
     def finish(h):
         output, received = h.result()
-        return _from_library(output, dtype), torch.from_numpy(received).to(splits_dtype)
+        return _from_library(output, dtype), torch.from_numpy(received).to(torch.int32)
 
     return _register(native, finish)
 
@@ -457,6 +481,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     (differentiable). Returns the output, or (output, received_splits) when `splits` is
     given, as horovod.torch does."""
     _check_tensor(tensor)
+    _splits_list(splits)  # ValueError here, before anything is submitted
     return _HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
@@ -474,20 +499,18 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 
 def _reducescatter_grad_scale(ctx):
-    scale = float(ctx.prescale_factor) * float(ctx.postscale_factor)
-    if ctx.op == Average:
-        scale /= _set_size(ctx.process_set)
-    return scale
+    """Horovod's gradient of reducescatter: the allgather of the output gradients, times the
+    set size for Sum (the scale factors do not enter it)."""
+    return float(_set_size(ctx.process_set)) if ctx.op == Sum else 1.0
 
 
 class _HorovodReducescatter(torch.autograd.Function):
-    """Reducescatter whose gradient is the allgather of the incoming gradient (scaled by
-    1/size for Average and by the scale factors)."""
+    """Reducescatter whose gradient is the allgather of the incoming gradient, times the set
+    size for op=Sum (Horovod's convention)."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op, ctx.process_set = op, process_set
-        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                postscale_factor))
 
@@ -531,7 +554,6 @@ class _HorovodGroupedReducescatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.op, ctx.process_set = op, process_set
-        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
         return tuple(synchronize(grouped_reducescatter_async(
             list(tensors), name, op, process_set, prescale_factor, postscale_factor)))
 
@@ -561,11 +583,15 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 # ---- join, barrier -----------------------------------------------------------------------
 def join(device=-1):
     """This rank has finished its data: until every rank has joined, it contributes zeros to
-    the other ranks' allreduces (Average still divides by the full size). Blocks until every
-    rank joined and returns the rank that joined last. Global set only. device: -1 (CPU)."""
-    if device is not None and int(device) != -1:
-        raise NotImplementedError("horovod_cpp.torch: join(device=...) with a CUDA device is "
-                                  "not supported (CPU tensors only)")
+    the other ranks' allreduces (Average still divides by the full size); any other collective
+    the others submit meanwhile fails on them at once with a MismatchError (a RuntimeError).
+    Blocks until every rank joined and returns the rank that joined last. Global set only.
+
+    device: where Horovod makes its temporary zero tensors (-1: CPU). Accepted and not needed
+    here (the library supplies the zeros), so `hvd.join(hvd.local_rank())` works as in Horovod.
+    """
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"join(device=...) expects an int device id, got {type(device).__name__}")
     return _C.join()
 
 

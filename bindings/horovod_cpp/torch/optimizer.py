@@ -92,7 +92,11 @@ class _DistributedOptimizer:
                     self._p_to_group[p] = g
                 self._group_ready[g] = set()
 
-        if size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1":
+        self._sparse_params = set()  # parameters seen with a sparse gradient
+        self._dense_of_sparse = {}   # param -> sparse_dim of its gradient reduced dense
+        # A rank outside the process set steps on its own gradients, without communicating.
+        self._included = process_set is None or bool(process_set.included())
+        if self._included and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
             self._register_hooks()
 
     # ---- hooks ---------------------------------------------------------------------------
@@ -136,10 +140,19 @@ class _DistributedOptimizer:
 
     def _prepare_grad(self, p):
         if p.grad is None:
-            # Not computed here (unused in this forward pass) but maybe on other ranks.
-            p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse and self.sparse_as_dense:
-            p.grad = p.grad.to_dense()
+            # Not computed here (unused in this forward pass) but maybe on other ranks: zeros,
+            # sparse for a parameter that had sparse gradients before (so that the ranks agree
+            # on allgather versus allreduce).
+            if p in self._sparse_params:
+                p.grad = _empty_sparse_like(p)
+            else:
+                p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            self._sparse_params.add(p)
+            if self.sparse_as_dense:
+                # Reduced dense, handed back sparse (in the same layout), as Horovod does.
+                self._dense_of_sparse[p] = p.grad.sparse_dim()
+                p.grad = p.grad.to_dense()
         return p.grad
 
     def _allreduce_grad_async(self, p):
@@ -181,7 +194,11 @@ class _DistributedOptimizer:
     # ---- public API ------------------------------------------------------------------------
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet) and writes
-        the averaged gradients into p.grad."""
+        the averaged gradients into p.grad. On a rank outside the optimizer's process set
+        there is nothing to wait for (its gradients stay local), as in Horovod."""
+        if not self._included:
+            self._synchronized = True
+            return
         if self._groups is None:
             for p in self._requires_update - set(self._handles):
                 self._handles[p] = self._allreduce_grad_async(p)
@@ -208,6 +225,8 @@ class _DistributedOptimizer:
             if result is not p.grad:
                 with torch.no_grad():
                     p.grad.set_(result)
+            if p in self._dense_of_sparse:
+                p.grad = p.grad.to_sparse(self._dense_of_sparse.pop(p))
         self._handles.clear()
         self._synchronized = True
 
@@ -232,12 +251,41 @@ class _DistributedOptimizer:
         self._synchronized = False
         return self._hvd_base_class.step(self, closure)
 
+    def set_backward_passes_per_step(self, passes):
+        """Changes how many backward passes accumulate locally before gradients are reduced
+        (and restarts the count), as Horovod's optimizer does."""
+        if not isinstance(passes, int) or passes < 1:
+            raise ValueError("backward_passes_per_step must be a positive integer")
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def load_state_dict(self, *args, **kwargs):
+        """Loads the wrapped optimizer's state; pending gradient reductions are forgotten and
+        the backward-pass count restarts, as in Horovod."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for g in self._group_ready:
+            self._group_ready[g] = set()
+        return self._hvd_base_class.load_state_dict(self, *args, **kwargs)
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
         return self._hvd_base_class.zero_grad(self, *args, **kwargs)
+
+
+def _empty_sparse_like(p):
+    """A sparse COO gradient of p's shape with no entries, in the (rows) layout of
+    nn.Embedding's gradients: one sparse dimension, dense rows."""
+    return torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64),
+                                   torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype),
+                                   p.shape)
 
 
 class _GroupHandle:

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "common/half.h"
@@ -94,6 +95,28 @@ void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceO
   }
 }
 
+namespace {
+// x * factor in double, truncated toward zero (as Horovod scales integer tensors); values
+// outside the type wrap around like the integer sums do, NaN becomes 0.
+template <typename T>
+void scale_integers(T* p, int64_t n, double factor) {
+  constexpr double kLimit = 9223372036854775807.0;  // 2^63
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = std::trunc(static_cast<double>(p[i]) * factor);
+    int64_t w = 0;
+    if (v >= kLimit) {
+      w = INT64_MAX;
+    } else if (v <= -kLimit) {
+      w = INT64_MIN;
+    } else if (v == v) {
+      w = static_cast<int64_t>(v);
+    }
+    using U = typename std::make_unsigned<T>::type;
+    p[i] = static_cast<T>(static_cast<U>(static_cast<uint64_t>(w)));
+  }
+}
+}  // namespace
+
 void scale_buffer(void* data, int64_t n, DataType dtype, double factor) {
   if (factor == 1.0) return;
   switch (dtype) {
@@ -120,8 +143,13 @@ void scale_buffer(void* data, int64_t n, DataType dtype, double factor) {
       for (int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) * f);
       break;
     }
-    default:
-      break;  // rejected at submission: scale factors need a floating-point dtype
+    case DataType::kUInt8: scale_integers(static_cast<uint8_t*>(data), n, factor); break;
+    case DataType::kInt8: scale_integers(static_cast<int8_t*>(data), n, factor); break;
+    case DataType::kInt16: scale_integers(static_cast<int16_t*>(data), n, factor); break;
+    case DataType::kInt32: scale_integers(static_cast<int32_t*>(data), n, factor); break;
+    case DataType::kInt64: scale_integers(static_cast<int64_t*>(data), n, factor); break;
+    case DataType::kBool:
+      break;  // rejected at submission: bool tensors take no scale factors
   }
 }
 

@@ -11,7 +11,9 @@ namespace hvd {
 /// inout[i] = op(inout[i], in[i]) for n elements. Average reduces like Sum.
 void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op);
 
-/// data[i] *= factor for a floating-point dtype (half types through float).
+/// data[i] *= factor: float32 and the half types in float, float64 in double, integers in
+/// double truncated toward zero (Horovod's rule for pre/postscale on integer tensors). Bool
+/// tensors are left alone (they take no scale factors).
 void scale_buffer(void* data, int64_t n, DataType dtype, double factor);
 
 /// data[i] /= divisor for an integer dtype, truncating toward zero.

@@ -69,10 +69,12 @@ unsigned char* CpuTransport::scratch(int64_t bytes) {
 }
 
 Status CpuTransport::reduce_buffer(void* buf, int64_t count, const Response& r) {
-  const bool fp = is_floating_point(r.dtype);
-  if (fp) scale_buffer(buf, count, r.dtype, r.prescale);
+  // Integers are scaled too when a factor is given (in double, truncated, as Horovod does);
+  // without one, their Average divides exactly.
+  const bool scaled = is_floating_point(r.dtype) || r.postscale != 1.0;
+  scale_buffer(buf, count, r.dtype, r.prescale);
   HVD_RETURN_IF_ERROR(plane_->allreduce(buf, count, r.dtype, r.reduce_op));
-  if (fp) {
+  if (scaled) {
     double post = r.postscale;
     if (r.reduce_op == ReduceOp::kAverage) post /= static_cast<double>(layout_.size);
     scale_buffer(buf, count, r.dtype, post);
@@ -201,11 +203,10 @@ Status CpuTransport::reducescatter(const Response& r, const BatchTensor& t, Tens
   const int64_t bytes = total * static_cast<int64_t>(dtype_size(r.dtype));
   unsigned char* in = scratch(bytes);
   if (bytes > 0) std::memcpy(in, t.input.data, static_cast<size_t>(bytes));
-  const bool fp = is_floating_point(r.dtype);
-  if (fp) scale_buffer(in, total, r.dtype, r.prescale);
+  scale_buffer(in, total, r.dtype, r.prescale);
   HVD_RETURN_IF_ERROR(plane_->reducescatter(in, result.data(), counts, r.dtype, r.reduce_op));
   const int64_t mine = counts[static_cast<size_t>(rank)];
-  if (fp) {
+  if (is_floating_point(r.dtype) || r.postscale != 1.0) {  // integers: as in reduce_buffer
     double post = r.postscale;
     if (r.reduce_op == ReduceOp::kAverage) post /= static_cast<double>(size);
     scale_buffer(result.data(), mine, r.dtype, post);

@@ -212,7 +212,7 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
       for (int j = 0; j < n; ++j) {
         if (j != me) reduce_into(p, slot(j, which) + (off - base) * esize, cnt, dtype, op);
       }
-      if (fp) {
+      if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
         scale_buffer(p, cnt, dtype, scale);
       } else if (divide) {
         divide_integers(p, cnt, dtype, divisor);

@@ -48,7 +48,8 @@ class ShmAllreduce {
 
   /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
   /// multiplies floating-point results by `scale` and divides integer results by `divisor`
-  /// (when > 1, truncating), as Average and postscale need.
+  /// (when > 1, truncating), as Average and postscale need; integer results are multiplied
+  /// by `scale` (in double, truncated) instead when it is not 1.
   Status allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op, double scale,
                    int64_t divisor);
 

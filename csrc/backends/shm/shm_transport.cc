@@ -72,7 +72,7 @@ Status ShmTransport::allreduce(Batch& b) {
     if (t.output.data != t.input.data) {
       std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.input.nbytes()));
     }
-    if (fp) scale_buffer(t.output.data, count, r0.dtype, r0.prescale);
+    scale_buffer(t.output.data, count, r0.dtype, r0.prescale);
     segs.push_back({t.output.data, count});
   }
   double scale = r0.postscale;
@@ -80,6 +80,13 @@ Status ShmTransport::allreduce(Batch& b) {
   if (r0.reduce_op == ReduceOp::kAverage) {
     scale /= static_cast<double>(size_);
     divisor = size_;
+  }
+  if (!fp) {  // integers: scaled (in double) only when a postscale factor is given
+    if (r0.postscale == 1.0) {
+      scale = 1.0;
+    } else {
+      divisor = 1;
+    }
   }
   Status s = shm_->allreduce(segs, r0.dtype, r0.reduce_op, scale, divisor);
   if (!s.ok()) {
