@@ -18,5 +18,7 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   fi
   "$VENV/bin/python" -m pip install -q . || status=1
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh || status=1
+  # The launcher (hvdrun starts mpirun itself, so these run outside mpirun).
+  HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || status=1
 fi
 exit $status
