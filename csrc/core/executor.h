@@ -33,6 +33,9 @@ class Executor {
     shm_min_bytes_ = min_bytes;
   }
 
+  /// Changes the fusion threshold from the next execute() on (autotune; background thread).
+  void set_fusion_threshold(int64_t bytes) { threshold_ = bytes; }
+
   /// GPU data plane: batches of CUDA tensors go to `runner` (owned by the process set); without
   /// one they fail with a clear error.
   void set_device_runner(DeviceRunner* runner) { device_runner_ = runner; }

@@ -61,6 +61,22 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
   device_runner_ = make_nccl_runner(gpu);
   executor_->set_device_runner(device_runner_.get());
 #endif
+  cycle_time_ms_ = config_.cycle_time_ms;
+  if (config_.autotune && id_ == 0) {
+    autotuner_ = std::make_unique<Autotuner>(
+        config_, rank_ == 0,
+        [this](double* seconds, double* bytes) {  // the slowest rank's sample, everywhere
+          double v[2] = {*seconds, *bytes};
+          HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, data_comm_));
+          *seconds = v[0];
+          *bytes = v[1];
+          return Status::OK();
+        },
+        [this](int64_t threshold, double cycle_ms) {
+          executor_->set_fusion_threshold(threshold);
+          cycle_time_ms_ = cycle_ms;
+        });
+  }
   if (timeline_) {
     Timeline* tl = timeline_;
     controller_->set_request_observer([tl](const std::string& name, int r) {
@@ -129,7 +145,7 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
 void ProcessSetState::loop() {
   // The idle heartbeat starts at HOROVOD_CYCLE_TIME and doubles while nothing happens, up to
   // 32 times that: an idle job costs almost no CPU, and work still wakes the thread at once.
-  const auto base_idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
+  auto base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
   auto idle = base_idle;
   const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
                            std::vector<bool>* present) { take_entries(rs, es, present); };
@@ -187,6 +203,19 @@ void ProcessSetState::loop() {
     const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
         result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
     executor_->execute(result.responses, take, joined);
+    if (autotuner_ && !autotuner_->done()) {
+      int64_t bytes = 0;
+      for (const Response& r : result.responses) {
+        if (r.op == OpType::kAllreduce && r.ok()) bytes += r.nbytes_for_rank(rank_);
+      }
+      const double now_s = static_cast<double>(now_us()) * 1e-6;
+      Status t = autotuner_->after_cycle(bytes, now_s);
+      if (!t.ok()) {
+        stop(Status::Backend("horovod_cpp stopped: autotune failed: " + t.message()));
+        return;
+      }
+      base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
+    }
     if (result.shutdown) {
       stop(Status::Shutdown(result.shutdown_reason));
       return;

@@ -28,6 +28,7 @@
 #include "core/device_runner.h"
 #include "core/executor.h"
 #include "core/tensor_entry.h"
+#include "tuning/autotuner.h"
 
 namespace hvd {
 
@@ -86,6 +87,8 @@ class ProcessSetState {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<DeviceRunner> device_runner_;  // GPU data plane (NCCL builds); before executor_
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE, global set only
+  double cycle_time_ms_;                  // background thread; the autotuner may change it
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
