@@ -239,3 +239,26 @@ def test_unreachable_host_is_named(tmp_path):
     assert "pre-launch check failed" in out.stderr, out.stderr
     assert "host '192.0.2.1': could not start" in out.stderr, out.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_autotune_end_to_end(tmp_path, np_):
+    """--autotune searches while a job runs (results stay right), rank 0 writes the CSV log,
+    and the search finishes with a best row."""
+    log = tmp_path / "autotune.csv"
+    out = run_hvdrun(["-np", str(np_), "--autotune", "--autotune-log-file", str(log),
+                      "--log-level", "info", sys.executable, os.path.join(HERE, "autotune_job.py"),
+                      "300"],
+                     env={"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "3",
+                          "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+                          "HOROVOD_CPP_AUTOTUNE_SAMPLES_PER_TRIAL": "2"}, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "AUTOTUNE_JOB OK 300 steps, 0 wrong elements" in out.stdout
+    lines = log.read_text().splitlines()
+    assert lines[0] == "trial,fusion_threshold_mb,cycle_time_ms,score_mb_per_s,best"
+    assert lines[1].startswith("0,64,1,")
+    thresholds = {ln.split(",")[1] for ln in lines[1:-1]}
+    assert thresholds == {"0", "1", "4", "16", "32", "64", "128"}, lines
+    assert len(lines) == 1 + 10 + 1 and lines[-1].startswith("best,"), lines
+    assert all(float(ln.split(",")[3]) > 0 for ln in lines[1:])
+    assert "autotune: done after 10 trials" in out.stdout + out.stderr
