@@ -122,6 +122,8 @@ def check_hosts(args, hosts, mpirun="mpirun", python=None, verbose=False):
     procs = {}
     for host in remote:
         cmd = [mpirun, "-np", "1"] + launch.launch_args(args, [(host, 1)])
+        for name in launch.forwarded_names(os.environ, {}):  # as the job will see them
+            cmd += ["-x", name]
         cmd += shlex.split(args.mpi_args or "")
         cmd += [python, "-c", "from horovod_cpp.runner.checks import probe_main; probe_main()"]
         if verbose:
