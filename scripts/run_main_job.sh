@@ -16,4 +16,4 @@ else
   job=hello_allreduce
 fi
 cmake --build "$BUILD_DIR" --target "$job" -j"${JOBS:-$(nproc)}"
-exec python3 scripts/hvdrun -np "$NP" "$BUILD_DIR/examples/$job" "$@"
+exec python3 scripts/hvdrun -np "$NP" --no-tag-output "$BUILD_DIR/examples/$job" "$@"

@@ -118,6 +118,9 @@ def test_build_command_flags():
     assert "-x HOROVOD_FUSION_THRESHOLD " not in s + " "
     assert "SECRET_TOKEN" not in s and "HOME" not in s
     assert "--oversubscribe" not in s
+    assert "--tag-output" in s
+    a2 = cli.parse_args(["-np", "2", "--no-tag-output", "x"])
+    assert "--tag-output" not in launch.build_command(a2, [("localhost", 2)], {})
     assert s.index("--report-bindings") < s.index("python train.py")
 
 

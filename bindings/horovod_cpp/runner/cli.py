@@ -73,6 +73,8 @@ def make_parser():
                      help="HOROVOD_LOG_LEVEL")
     obs.add_argument("--timeline-filename", dest="timeline_filename",
                      help="HOROVOD_TIMELINE: rank 0 writes a Chrome-trace timeline there")
+    obs.add_argument("--no-tag-output", dest="tag_output", action="store_false",
+                     help="do not prefix each output line with [job,rank]<stream>")
     obs.add_argument("--output-filename", dest="output_filename",
                      help="directory for each rank's stdout/stderr (mpirun --output-filename)")
 

@@ -74,7 +74,9 @@ def build_command(args, hosts, env, mpirun="mpirun"):
     np_ = args.np if args.np else hostlib.total_slots(hosts)
     settings = settings_from_args(args)
     cmd = [mpirun, "-np", str(np_)] + launch_args(args, hosts)
-    cmd += ["--bind-to", "none", "--map-by", "slot", "--tag-output"]
+    cmd += ["--bind-to", "none", "--map-by", "slot"]
+    if args.tag_output:
+        cmd.append("--tag-output")
     if args.oversubscribe:
         cmd.append("--oversubscribe")
     if args.output_filename:
