@@ -21,6 +21,11 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   fi
   "$VENV/bin/python" -m pip install -q . || status=1
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh || status=1
+  # The launcher (hvdrun starts mpirun itself, so these run outside mpirun).
+  HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || status=1
+  # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).
+  PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh; rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
   # Fault injection through horovod_cpp.torch (the C++ twin runs in CTest).
   for np_ in 2 3; do
     bash test/fault/run_faults.sh python "$VENV/bin/python" "$np_" || status=1

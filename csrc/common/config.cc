@@ -103,6 +103,16 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
     }
   }
   if (c.reduce_chunk_bytes < 4096) c.reduce_chunk_bytes = 4096;
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_AUTOTUNE", &c.autotune));
+  if (auto v = lookup("HOROVOD_AUTOTUNE_LOG"); v) c.autotune_log = *v;
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+                               &c.autotune_warmup_samples, 1000));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
+                               &c.autotune_steps_per_sample, 1000000));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_AUTOTUNE_SAMPLES_PER_TRIAL",
+                               &c.autotune_samples_per_trial, 1000));
+  if (c.autotune_steps_per_sample < 1) c.autotune_steps_per_sample = 1;
+  if (c.autotune_samples_per_trial < 1) c.autotune_samples_per_trial = 1;
   *out = c;
   return Status::OK();
 }
@@ -123,7 +133,11 @@ std::string Config::describe() const {
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes
      << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << hierarchical_allreduce
      << " HOROVOD_CPP_CUDA_DEVICE=" << cuda_device
-     << " HOROVOD_CPP_NCCL_TIMEOUT_SECONDS=" << nccl_timeout_seconds;
+     << " HOROVOD_CPP_NCCL_TIMEOUT_SECONDS=" << nccl_timeout_seconds
+     << " HOROVOD_AUTOTUNE=" << autotune << " HOROVOD_AUTOTUNE_LOG=" << autotune_log
+     << " HOROVOD_AUTOTUNE_WARMUP_SAMPLES=" << autotune_warmup_samples
+     << " HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=" << autotune_steps_per_sample
+     << " HOROVOD_CPP_AUTOTUNE_SAMPLES_PER_TRIAL=" << autotune_samples_per_trial;
   return os.str();
 }
 

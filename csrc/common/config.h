@@ -61,6 +61,20 @@ struct Config {
   /// format, so the mismatch can be tested.
   std::string test_fake_version;
 
+  // Autotune (csrc/tuning/, docs/running.md): the fusion threshold and cycle time are searched
+  // on the job's own steps, then the best are kept. Must be the same on every rank.
+  /// HOROVOD_AUTOTUNE (default 0): 1 turns autotuning on (global process set).
+  bool autotune = false;
+  /// HOROVOD_AUTOTUNE_LOG (path, default none): rank 0 writes one CSV line per trial there.
+  std::string autotune_log;
+  /// HOROVOD_AUTOTUNE_WARMUP_SAMPLES (default 1): samples discarded after each change.
+  int64_t autotune_warmup_samples = 1;
+  /// HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE (default 10): coordination cycles that moved
+  /// allreduce data per sample.
+  int64_t autotune_steps_per_sample = 10;
+  /// HOROVOD_CPP_AUTOTUNE_SAMPLES_PER_TRIAL (default 3): samples whose median scores a trial.
+  int64_t autotune_samples_per_trial = 3;
+
   // GPU data plane (docs/gpu.md); used only by builds with NCCL.
   /// HOROVOD_HIERARCHICAL_ALLREDUCE (default 0): 1 reduces CUDA tensors in three steps: NCCL
   /// reduce-scatter within each host, MPI allreduce across hosts, NCCL allgather within the

@@ -26,6 +26,9 @@ class Executor {
       : transports_(transports), threshold_(fusion_threshold),
         global_ranks_(std::move(global_ranks)), timeline_(timeline) {}
 
+  /// Changes the fusion threshold from the next execute() on (autotune; background thread).
+  void set_fusion_threshold(int64_t bytes) { threshold_ = bytes; }
+
   /// Looks up the responses' local entries (and removes them from the process set's table).
   /// Fills (*entries)[i] and (*present)[i] for responses[i], all under one lock.
   using TakeEntries = std::function<void(const std::vector<Response>& responses,

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/logging.h"
 #include "common/fatal.h"
@@ -29,6 +32,40 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
   HVD_LOG(kDebug) << "process set " << id_ << ": transports " << planes_->transports->describe();
   executor_ = std::make_unique<Executor>(planes_->transports.get(), config_.fusion_threshold_bytes,
                                          global_ranks_, timeline_);
+  cycle_time_ms_ = config_.cycle_time_ms;
+  if (config_.autotune && id_ == 0) {
+    ControlPlane* control = planes_->control.get();
+    autotuner_ = std::make_unique<Autotuner>(
+        config_, rank_ == 0,
+        [control](double* seconds, double* bytes) {  // the slowest rank's sample, everywhere
+          // Over the set's control plane: this runs on the set's own thread, between cycles.
+          double v[2] = {*seconds, *bytes};
+          std::vector<std::string> all;
+          HVD_RETURN_IF_ERROR(control->gather(
+              std::string(reinterpret_cast<const char*>(v), sizeof(v)), &all));
+          std::string blob;
+          if (control->rank() == 0) {
+            for (const std::string& s : all) {
+              if (s.size() != sizeof(v)) return Status::Backend("autotune: malformed sample");
+              double w[2];
+              std::memcpy(w, s.data(), sizeof(w));
+              v[0] = std::max(v[0], w[0]);
+              v[1] = std::max(v[1], w[1]);
+            }
+            blob.assign(reinterpret_cast<const char*>(v), sizeof(v));
+          }
+          HVD_RETURN_IF_ERROR(control->broadcast(&blob));
+          if (blob.size() != sizeof(v)) return Status::Backend("autotune: malformed agreement");
+          std::memcpy(v, blob.data(), sizeof(v));
+          *seconds = v[0];
+          *bytes = v[1];
+          return Status::OK();
+        },
+        [this](int64_t threshold, double cycle_ms) {
+          executor_->set_fusion_threshold(threshold);
+          cycle_time_ms_ = cycle_ms;
+        });
+  }
   if (timeline_) {
     Timeline* tl = timeline_;
     controller_->set_request_observer([tl](const std::string& name, int r) {
@@ -105,7 +142,7 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
 void ProcessSetState::loop() {
   // The idle heartbeat starts at HOROVOD_CYCLE_TIME and doubles while nothing happens, up to
   // 32 times that: an idle job costs almost no CPU, and work still wakes the thread at once.
-  const auto base_idle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
+  auto base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
   auto idle = base_idle;
   const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
                            std::vector<bool>* present) { take_entries(rs, es, present); };
@@ -168,6 +205,19 @@ void ProcessSetState::loop() {
     const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
         result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
     executor_->execute(result.responses, take, joined);
+    if (autotuner_ && !autotuner_->done()) {
+      int64_t bytes = 0;
+      for (const Response& r : result.responses) {
+        if (r.op == OpType::kAllreduce && r.ok()) bytes += r.nbytes_for_rank(rank_);
+      }
+      const double now_s = static_cast<double>(now_us()) * 1e-6;
+      Status t = autotuner_->after_cycle(bytes, now_s);
+      if (!t.ok()) {
+        stop(Status::Backend("horovod_cpp stopped: autotune failed: " + t.message()));
+        return;
+      }
+      base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
+    }
     if (result.shutdown) {
       if (result.fatal) {
         report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +

@@ -25,6 +25,7 @@
 #include "coordination/controller.h"
 #include "core/executor.h"
 #include "core/tensor_entry.h"
+#include "tuning/autotuner.h"
 
 namespace hvd {
 
@@ -81,6 +82,8 @@ class ProcessSetState {
   std::unique_ptr<SetPlanes> planes_;  // outlives controller_ and executor_, which use it
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE, global set only
+  double cycle_time_ms_;                  // background thread; the autotuner may change it
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,100 @@
+"""hvdrun's command line: Horovod's horovodrun flags, as far as they apply to horovod_cpp."""
+
+import argparse
+
+
+def _positive_int(text):
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _non_negative_float(text):
+    v = float(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def make_parser():
+    p = argparse.ArgumentParser(
+        prog="hvdrun",
+        description="Launch a horovod_cpp job (any command: Python or C++) with Open MPI's "
+                    "mpirun. Example: hvdrun -np 4 -H a:2,b:2 python train.py",
+        epilog="Hosts come from -H, else --hostfile, else the Slurm allocation "
+               "(SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE), else Open MPI's default hostfile "
+               "(OMPI_MCA_orte_default_hostfile, as the Kubernetes MPI Operator sets), else "
+               "localhost with -np slots. See docs/running.md.")
+    p.add_argument("-v", "--version", action="store_true",
+                   help="print horovod_cpp's version and exit")
+    p.add_argument("-np", "--num-proc", dest="np", type=_positive_int,
+                   help="number of processes (default: every slot of the hosts)")
+    hosts = p.add_argument_group("hosts")
+    hosts.add_argument("-H", "--hosts", dest="hosts",
+                       help="host:slots,... e.g. a:4,b:4 (a host alone has one slot)")
+    hosts.add_argument("-hostfile", "--hostfile", dest="hostfile",
+                       help="file with one 'host slots=N' per line")
+    hosts.add_argument("-p", "--ssh-port", dest="ssh_port", type=int,
+                       help="ssh port of the remote hosts")
+    hosts.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file",
+                       help="ssh private key for the remote hosts")
+    hosts.add_argument("--network-interface", dest="nics",
+                       help="interfaces or subnets (comma separated, e.g. eth0 or "
+                            "10.0.0.0/24) Open MPI uses between hosts")
+    hosts.add_argument("--start-timeout", dest="start_timeout", type=_non_negative_float,
+                       default=30.0,
+                       help="seconds allowed for each host's pre-launch check (default 30)")
+    hosts.add_argument("--skip-checks", dest="skip_checks", action="store_true",
+                       help="do not check reachability and library versions before launching")
+    hosts.add_argument("--oversubscribe", action="store_true",
+                       help="allow more processes than slots")
+
+    tune = p.add_argument_group("tuning (each sets the HOROVOD_* variable of the same meaning)")
+    tune.add_argument("--fusion-threshold-mb", dest="fusion_threshold_mb",
+                      type=_non_negative_float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
+    tune.add_argument("--cycle-time-ms", dest="cycle_time_ms", type=_non_negative_float,
+                      help="HOROVOD_CYCLE_TIME, in milliseconds")
+    tune.add_argument("--cache-capacity", dest="cache_capacity", type=int,
+                      help="HOROVOD_CACHE_CAPACITY (0 disables the response cache)")
+    tune.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
+                      action="store_true", help="HOROVOD_HIERARCHICAL_ALLREDUCE=1 (GPU tensors)")
+    tune.add_argument("--autotune", action="store_true",
+                      help="HOROVOD_AUTOTUNE=1: search fusion threshold and cycle time online")
+    tune.add_argument("--autotune-log-file", dest="autotune_log_file",
+                      help="HOROVOD_AUTOTUNE_LOG: CSV of every autotune trial")
+
+    obs = p.add_argument_group("logging and output")
+    obs.add_argument("--verbose", action="store_true",
+                     help="print the checks and the exact mpirun command")
+    obs.add_argument("--log-level", dest="log_level",
+                     choices=["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL",
+                              "trace", "debug", "info", "warning", "error", "fatal"],
+                     help="HOROVOD_LOG_LEVEL")
+    obs.add_argument("--timeline-filename", dest="timeline_filename",
+                     help="HOROVOD_TIMELINE: rank 0 writes a Chrome-trace timeline there")
+    obs.add_argument("--no-tag-output", dest="tag_output", action="store_false",
+                     help="do not prefix each output line with [job,rank]<stream>")
+    obs.add_argument("--output-filename", dest="output_filename",
+                     help="directory for each rank's stdout/stderr (mpirun --output-filename)")
+
+    other = p.add_argument_group("other")
+    other.add_argument("-cb", "--check-build", dest="check_build", action="store_true",
+                       help="print what this build supports and exit")
+    other.add_argument("--mpi-args", dest="mpi_args", default="",
+                       help="extra arguments for mpirun, in one quoted string")
+    other.add_argument("--dry-run", dest="dry_run", action="store_true",
+                       help="print the mpirun command and exit without running it")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the program and its arguments")
+    return p
+
+
+def parse_args(argv):
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not (args.version or args.check_build) and not args.command:
+        parser.error("no command to run (e.g. hvdrun -np 2 python train.py)")
+    return args

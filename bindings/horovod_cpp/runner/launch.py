@@ -1,0 +1,117 @@
+"""Turns hvdrun's options into one Open MPI mpirun command (a pure function), and runs it."""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+
+from . import hosts as hostlib
+
+#: Variables forwarded to every rank when they are set (names, then prefixes).
+FORWARD_NAMES = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "OMP_NUM_THREADS")
+FORWARD_PREFIXES = ("HOROVOD_", "CUDA_", "NCCL_", "NVIDIA_", "UCX_", "PYTORCH_", "TORCH_")
+
+
+def settings_from_args(args):
+    """The HOROVOD_* variables the tuning/logging flags set, in a stable order."""
+    out = {}
+    if args.fusion_threshold_mb is not None:
+        out["HOROVOD_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
+    if args.cycle_time_ms is not None:
+        out["HOROVOD_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
+    if args.cache_capacity is not None:
+        out["HOROVOD_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.hierarchical_allreduce:
+        out["HOROVOD_HIERARCHICAL_ALLREDUCE"] = "1"
+    if args.autotune:
+        out["HOROVOD_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        out["HOROVOD_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
+    if args.log_level:
+        out["HOROVOD_LOG_LEVEL"] = args.log_level.lower()
+    if args.timeline_filename:
+        out["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    return out
+
+
+def forwarded_names(env, settings):
+    """Names of the variables passed to the ranks with -x (set by flags or inherited)."""
+    names = []
+    for name in sorted(env):
+        if name in settings:
+            continue
+        if name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES):
+            names.append(name)
+    return names
+
+
+def launch_args(args, hosts):
+    """mpirun arguments that decide where and how processes start (used by the checks too)."""
+    out = ["-H", hostlib.format_hosts(hosts)]
+    rsh = []
+    if args.ssh_port:
+        rsh += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        rsh += ["-i", args.ssh_identity_file]
+    if rsh:
+        out += ["--mca", "plm_rsh_args", " ".join(rsh)]
+    if args.nics:
+        out += ["--mca", "btl_tcp_if_include", args.nics, "--mca", "oob_tcp_if_include",
+                args.nics]
+    if os.geteuid() == 0:
+        out.append("--allow-run-as-root")
+    return out
+
+
+def build_command(args, hosts, env, mpirun="mpirun"):
+    """The full mpirun command for the job.
+
+    Defaults: ranks are placed slot by slot (--map-by slot) and not bound to cores
+    (--bind-to none: each rank runs a background thread beside the training thread, as in
+    Horovod); every line is tagged with its rank; oversubscription only with --oversubscribe.
+    """
+    np_ = args.np if args.np else hostlib.total_slots(hosts)
+    settings = settings_from_args(args)
+    cmd = [mpirun, "-np", str(np_)] + launch_args(args, hosts)
+    cmd += ["--bind-to", "none", "--map-by", "slot"]
+    if args.tag_output:
+        cmd.append("--tag-output")
+    if args.oversubscribe:
+        cmd.append("--oversubscribe")
+    if args.output_filename:
+        cmd += ["--output-filename", args.output_filename]
+    for name, value in settings.items():
+        cmd += ["-x", f"{name}={value}"]
+    for name in forwarded_names(env, settings):
+        cmd += ["-x", name]
+    cmd += shlex.split(args.mpi_args or "")
+    cmd += list(args.command)
+    return cmd
+
+
+def run(cmd, verbose=False):
+    """Runs mpirun in the foreground and returns the job's exit status.
+
+    Ctrl-C and SIGTERM are passed on to mpirun (which stops every rank); a job killed by a
+    signal returns 128 + the signal number, as shells do.
+    """
+    if verbose:
+        print("hvdrun: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    try:
+        proc = subprocess.Popen(cmd)
+    except FileNotFoundError:
+        print(f"hvdrun: cannot run {cmd[0]!r}: not found. Install Open MPI (Debian: openmpi-bin) "
+              "or put its mpirun on PATH.", file=sys.stderr)
+        return 127
+
+    def forward(signum, _frame):
+        proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 - rc if rc < 0 else rc
