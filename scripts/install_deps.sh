@@ -12,3 +12,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   catch2 pybind11-dev nlohmann-json3-dev libcli11-dev \
   python3 python3-dev python3-venv python3-pip python3-numpy python3-pytest python3-matplotlib \
   libtorch-dev python3-torch zlib1g-dev
+# TensorFlow 2 / Keras 3 in their own virtual environment (horovod_cpp.tensorflow, .keras).
+bash "$(dirname "$0")/install_tf_env.sh"

@@ -19,4 +19,14 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   "$VENV/bin/python" -m pip install -q . || status=1
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh || status=1
 fi
+
+# TensorFlow / Keras: their own venv (scripts/install_tf_env.sh); the package is built there
+# with the TensorFlow op library, in a build folder of its own.
+TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
+if [ -x "$TF_VENV/bin/python" ]; then
+  "$TF_VENV/bin/python" -m pip install -q . -C build-dir=build-py/pip-tf || status=1
+  PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow || status=1
+else
+  echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"
+fi
 exit $status
