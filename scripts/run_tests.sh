@@ -24,7 +24,7 @@ fi
 # with the TensorFlow op library, in a build folder of its own.
 TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
 if [ -x "$TF_VENV/bin/python" ]; then
-  "$TF_VENV/bin/python" -m pip install -q . -C build-dir=build-py/pip-tf || status=1
+  "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || status=1
   PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow || status=1
 else
   echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"
