@@ -31,14 +31,13 @@ def main():
     opt = hvd.DistributedOptimizer(opt)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     train_op = opt.minimize(loss, global_step=global_step)
-    hooks = [hvd.BroadcastGlobalVariablesHook(0),
-             tf.compat.v1.train.StopAtStepHook(last_step=400)]
+    hooks = [hvd.BroadcastGlobalVariablesHook(0)]
     checkpoint_dir = tempfile.mkdtemp(prefix="tf1_linreg_") if hvd.rank() == 0 else None
     rng = np.random.default_rng(hvd.rank())  # every rank its own data
     with tf.compat.v1.train.MonitoredTrainingSession(checkpoint_dir=checkpoint_dir,
                                                      hooks=hooks) as sess:
         step = 0
-        while not sess.should_stop():
+        while step < 400 and not sess.should_stop():
             xs = rng.uniform(-1, 1, 64).astype(np.float32)
             _, l, step = sess.run([train_op, loss, global_step], {x: xs, y: 2 * xs + 10})
             if hvd.rank() == 0 and step % 100 == 0:
