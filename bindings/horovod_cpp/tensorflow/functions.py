@@ -40,7 +40,7 @@ def _sparse_allreduce(slices, op, prescale_factor, postscale_factor, name, proce
     if op == Average:
         scale /= _set_size_of(process_set)
     if scale != 1.0:
-        values = values * tf.cast(scale, values.dtype)
+        values = values * tf.constant(scale, dtype=values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 

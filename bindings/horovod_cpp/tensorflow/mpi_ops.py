@@ -198,7 +198,7 @@ def _reducescatter_grad(op, grad):
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
     if op.get_attr("reduce_op") == Average:
         scale /= _set_size_of(ps)
-    return g if scale == 1.0 else g * tf.cast(scale, g.dtype)
+    return g if scale == 1.0 else g * tf.constant(scale, dtype=g.dtype)
 
 
 def join():
