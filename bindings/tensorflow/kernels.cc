@@ -112,6 +112,10 @@ class CollectiveKernel : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("name_from_node", &from_node));
     // In a graph the node's name is unique and the same on every rank.
     if (from_node) name_ = name();
+    // Eager ops (the only ones not named by their node) are run by the calling Python thread,
+    // which waits for the result anyway: it waits on the handle itself, saving the hand-off to
+    // the completion thread and back.
+    inline_wait_ = !from_node;
     int64_t set = 0;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set_id", &set));
     set_.id = static_cast<int>(set);
@@ -135,8 +139,8 @@ class CollectiveKernel : public AsyncOpKernel {
       done();
       return;
     }
-    when_done(std::move(h), [ctx, done = std::move(done), keep = std::move(keep),
-                             finish = std::move(finish)](const hvd::Handle& handle) {
+    auto on_done = [ctx, done = std::move(done), keep = std::move(keep),
+                    finish = std::move(finish)](const hvd::Handle& handle) {
       absl::Status s = status_of(handle);
       if (s.ok()) {
         try {
@@ -147,13 +151,24 @@ class CollectiveKernel : public AsyncOpKernel {
       }
       if (!s.ok()) ctx->SetStatus(s);
       done();
-    });
+    };
+    if (inline_wait_) {
+      try {
+        h.wait();
+      } catch (const std::exception&) {
+        // Reported by on_done from the handle's status.
+      }
+      on_done(h);
+      return;
+    }
+    when_done(std::move(h), std::move(on_done));
   }
 
   static absl::Status ok(const hvd::Handle&) { return absl::OkStatus(); }
 
   std::string name_;
   hvd::ProcessSet set_;
+  bool inline_wait_ = false;
 };
 
 
