@@ -26,6 +26,17 @@ TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
 if [ -x "$TF_VENV/bin/python" ]; then
   "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || status=1
   PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow || status=1
+  # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10).
+  for ex in keras_digits custom_loop_digits tf1_linear_regression; do
+    echo "=== examples/tensorflow/$ex.py under mpirun -np 2 ==="
+    log=$(mktemp /tmp/hvd_tf_example.XXXXXX)
+    rc=0
+    timeout --kill-after=30 600 mpirun --oversubscribe --allow-run-as-root -np 2 \
+      -x TF_CPP_MIN_LOG_LEVEL=2 "$TF_VENV/bin/python" "examples/tensorflow/$ex.py" \
+      > "$log" 2>&1 || rc=$?
+    grep -E "held-out|^w = " "$log" || true
+    if [ "$rc" -ne 0 ]; then echo "FAILED: examples/tensorflow/$ex.py"; tail -n 30 "$log"; status=1; fi
+  done
 else
   echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"
 fi
