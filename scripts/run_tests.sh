@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: builds, runs CTest (unit tests, multi-rank tests under mpirun with 2, 3
 # and 4 ranks, package tests, GPU tests that skip without a device), then installs the Python
-# package into a venv and runs the Python tests under mpirun. Then the hardening runs
+# package into a venv and runs the Python tests under mpirun, and the TensorFlow/Keras tests from
+# their own venv (when scripts/install_tf_env.sh made it). Then the hardening runs
 # (docs/testing.md): the sanitizer builds (scripts/run_sanitizers.sh), a short fuzzing run
 # (scripts/run_fuzzers.sh) and the short soak (scripts/soak.py --short). Set SANITIZERS=0,
 # FUZZ=0 or SOAK=0 to skip one of them locally.
@@ -32,6 +33,27 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   done
 fi
 
+# TensorFlow / Keras: their own venv (scripts/install_tf_env.sh); the package is built there
+# with the TensorFlow op library, in a build folder of its own.
+TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
+if [ -x "$TF_VENV/bin/python" ]; then
+  "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || status=1
+  PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow || status=1
+  # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10).
+  for ex in keras_digits custom_loop_digits tf1_linear_regression; do
+    echo "=== examples/tensorflow/$ex.py under mpirun -np 2 ==="
+    log=$(mktemp /tmp/hvd_tf_example.XXXXXX)
+    rc=0
+    timeout --kill-after=30 600 mpirun --oversubscribe --allow-run-as-root -np 2 \
+      -x TF_CPP_MIN_LOG_LEVEL=2 "$TF_VENV/bin/python" "examples/tensorflow/$ex.py" \
+      > "$log" 2>&1 || rc=$?
+    grep -E "held-out|^w = " "$log" || true
+    if [ "$rc" -ne 0 ]; then echo "FAILED: examples/tensorflow/$ex.py"; tail -n 30 "$log"; status=1; fi
+  done
+else
+  echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"
+fi
+
 if [ "${SOAK:-1}" != 0 ]; then
   python3 scripts/soak.py --short --build-dir "$BUILD_DIR" || status=1
 fi
@@ -41,4 +63,5 @@ fi
 if [ "${SANITIZERS:-1}" != 0 ]; then
   bash scripts/run_sanitizers.sh || status=1
 fi
+
 exit $status

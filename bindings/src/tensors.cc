@@ -9,9 +9,11 @@ namespace {
 [[noreturn]] void invalid(const std::string& what) { throw hvd::InvalidArgumentError(what); }
 
 hvd::DataType numpy_dtype(const py::dtype& dt, const char* role) {
-  const char kind = dt.kind();
-  const auto size = dt.itemsize();
-  const char order = dt.byteorder();
+  // Read through Python attributes: pybind11 < 2.12 reads the dtype struct directly, whose
+  // layout changed in numpy 2 (the TensorFlow environment has numpy 2).
+  const char kind = dt.attr("kind").cast<std::string>()[0];
+  const auto size = dt.attr("itemsize").cast<py::ssize_t>();
+  const char order = dt.attr("byteorder").cast<std::string>()[0];
   if (order == '>') invalid(std::string(role) + ": big-endian arrays are not supported");
   switch (kind) {
     case 'b':
@@ -127,7 +129,14 @@ py::array to_numpy(const hvd::Tensor& t) {
   auto* owner = new hvd::Tensor(t);  // shares the storage; freed with the array
   py::capsule base(owner, [](void* p) { delete static_cast<hvd::Tensor*>(p); });
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
-  return py::array(py::dtype(numpy_format(t.dtype())), shape, owner->data(), base);
+  // Explicit C strides (numpy 2 safe, see numpy_dtype()).
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t stride = static_cast<py::ssize_t>(hvd::dtype_size(t.dtype()));
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return py::array(py::dtype(numpy_format(t.dtype())), shape, strides, owner->data(), base);
 }
 
 hvd::ReduceOp reduce_op_from_int(int op) {

@@ -1,0 +1,70 @@
+"""horovod_cpp.tensorflow: a drop-in replacement for horovod.tensorflow on TensorFlow 2.
+
+    import horovod_cpp.tensorflow as hvd   # instead of: import horovod.tensorflow as hvd
+
+The collectives are real TensorFlow ops (asynchronous CPU kernels over the horovod_cpp
+runtime), usable eagerly and inside tf.function, with gradients. See docs/tensorflow.md.
+"""
+
+from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutError, Max, Min,
+                       MismatchError, NotInitializedError, ProcessSet, Product, ShutdownError,
+                       Sum, add_process_set, ccl_built, cross_rank, cross_size, cuda_built,
+                       ddl_built, gloo_built, gloo_enabled, global_process_set, init,
+                       is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                       mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+                       rocm_built, shutdown, size, start_timeline, stop_timeline)
+from .compression import Compression
+from .functions import (allgather_object, allreduce, broadcast_global_variables,
+                        broadcast_object, broadcast_variables, grouped_allreduce,
+                        handle_average_backwards_compatibility, reducescatter)
+from .gradient_tape import DistributedGradientTape
+from .mpi_ops import allgather, alltoall, barrier, broadcast, join
+from .optimizer_v1 import BroadcastGlobalVariablesHook, DistributedOptimizerV1
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
+                         device_sparse="", compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set):
+    """Wraps an optimizer so that gradients are averaged across ranks before they are applied:
+    a tf.compat.v1.train.Optimizer (session style) or a Keras optimizer (then the same as
+    horovod_cpp.keras.DistributedOptimizer)."""
+    import tensorflow as tf
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return DistributedOptimizerV1(
+            optimizer, name=name, use_locking=use_locking, compression=compression,
+            sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
+            op=op, gradient_predivide_factor=gradient_predivide_factor,
+            average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+            groups=groups, process_set=process_set)
+    from .keras import DistributedOptimizer as _keras_optimizer
+    return _keras_optimizer(
+        optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+        backward_passes_per_step=backward_passes_per_step, op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+        groups=groups, process_set=process_set)
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks of the set, as a tensor."""
+    import tensorflow as tf
+    from .mpi_ops import _process_set_of, _set_size_of
+    return tf.constant(_set_size_of(_process_set_of(process_set_id)), dtype=tf.int32, name=name)
+
+
+def rank_op(name=None):
+    """This process's rank, as a tensor."""
+    import tensorflow as tf
+    return tf.constant(rank(), dtype=tf.int32, name=name)
+
+
+def local_size_op(name=None):
+    import tensorflow as tf
+    return tf.constant(local_size(), dtype=tf.int32, name=name)
+
+
+def local_rank_op(name=None):
+    import tensorflow as tf
+    return tf.constant(local_rank(), dtype=tf.int32, name=name)

@@ -1,0 +1,392 @@
+// Copyright horovod_cpp authors. CPU kernels of the TensorFlow ops (registered in ops.cc).
+//
+// Every kernel is an AsyncOpKernel: ComputeAsync hands the tensor to the runtime through the
+// public C++ API (hvd::*_async) and returns; the completion thread (completion.h) finishes the
+// op and calls `done` once the handle completes, so no TensorFlow thread waits on a collective.
+// Inputs are kept alive by the continuation until the runtime is done with them.
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <horovod_cpp/horovod_cpp.h>
+
+#include "completion.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace hvd_tf {
+namespace {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+// ---- conversions -------------------------------------------------------------------------
+bool to_hvd_dtype(tensorflow::DataType t, hvd::DataType* out) {
+  switch (t) {
+    case tensorflow::DT_UINT8: *out = hvd::DataType::kUInt8; return true;
+    case tensorflow::DT_INT8: *out = hvd::DataType::kInt8; return true;
+    case tensorflow::DT_INT16: *out = hvd::DataType::kInt16; return true;
+    case tensorflow::DT_INT32: *out = hvd::DataType::kInt32; return true;
+    case tensorflow::DT_INT64: *out = hvd::DataType::kInt64; return true;
+    case tensorflow::DT_HALF: *out = hvd::DataType::kFloat16; return true;
+    case tensorflow::DT_BFLOAT16: *out = hvd::DataType::kBFloat16; return true;
+    case tensorflow::DT_FLOAT: *out = hvd::DataType::kFloat32; return true;
+    case tensorflow::DT_DOUBLE: *out = hvd::DataType::kFloat64; return true;
+    case tensorflow::DT_BOOL: *out = hvd::DataType::kBool; return true;
+    default: return false;
+  }
+}
+
+// A view of a TensorFlow tensor's buffer (CPU memory; TF tensors are dense and row-major).
+absl::Status view_of(const Tensor& t, hvd::TensorView* view) {
+  hvd::DataType dt;
+  if (!to_hvd_dtype(t.dtype(), &dt)) {
+    return absl::InvalidArgumentError("horovod_cpp: unsupported dtype " +
+                                      tensorflow::DataTypeString(t.dtype()));
+  }
+  hvd::Shape shape;
+  shape.reserve(static_cast<size_t>(t.dims()));
+  for (int i = 0; i < t.dims(); ++i) shape.push_back(t.dim_size(i));
+  *view = hvd::TensorView(const_cast<char*>(t.tensor_data().data()), dt, std::move(shape));
+  return absl::OkStatus();
+}
+
+// The TensorFlow status for a failed collective: the message names the tensor, ranks and what
+// differs (the runtime wrote it); the code follows what went wrong.
+absl::Status to_status(hvd::ErrorCode code, const std::string& message) {
+  switch (code) {
+    case hvd::ErrorCode::kOk: return absl::OkStatus();
+    case hvd::ErrorCode::kInvalidArgument: return absl::InvalidArgumentError(message);
+    case hvd::ErrorCode::kMismatch: return absl::FailedPreconditionError(message);
+    case hvd::ErrorCode::kNotInitialized:
+      return absl::FailedPreconditionError(message +
+                                           " (call horovod_cpp.tensorflow.init() first)");
+    case hvd::ErrorCode::kShutdown: return absl::AbortedError(message);
+    case hvd::ErrorCode::kTimeout: return absl::DeadlineExceededError(message);
+    case hvd::ErrorCode::kBackend: return absl::InternalError(message);
+  }
+  return absl::UnknownError(message);
+}
+
+absl::Status status_of(const hvd::Handle& h) { return to_status(h.error_code(), h.error_message()); }
+
+TensorShape tf_shape(const hvd::Shape& s) {
+  TensorShape shape;
+  for (int64_t d : s) shape.AddDim(d);
+  return shape;
+}
+
+// Copies a library-allocated result into a new output `index` of its shape.
+absl::Status emit(OpKernelContext* ctx, int index, const hvd::Tensor& result) {
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, tf_shape(result.shape()), &out));
+  if (result.nbytes() > 0) {
+    std::memcpy(const_cast<char*>(out->tensor_data().data()), result.data(),
+                static_cast<size_t>(result.nbytes()));
+  }
+  return absl::OkStatus();
+}
+
+// Output `index` holding a copy of input `index` (reusing the input's buffer when TensorFlow
+// allows it), for the collectives that work in place.
+absl::Status in_place_output(OpKernelContext* ctx, int index, Tensor** out) {
+  const Tensor& in = ctx->input(index);
+  TF_RETURN_IF_ERROR(ctx->forward_input_or_allocate_output({index}, index, in.shape(), out));
+  if ((*out)->tensor_data().data() != in.tensor_data().data() && in.TotalBytes() > 0) {
+    std::memcpy(const_cast<char*>((*out)->tensor_data().data()), in.tensor_data().data(),
+                in.TotalBytes());
+  }
+  return absl::OkStatus();
+}
+
+// ---- the common part of every collective kernel ------------------------------------------
+class CollectiveKernel : public AsyncOpKernel {
+ public:
+  explicit CollectiveKernel(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &name_));
+    bool from_node = false;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("name_from_node", &from_node));
+    // In a graph the node's name is unique and the same on every rank.
+    if (from_node) name_ = name();
+    // Eager ops (the only ones not named by their node) are run by the calling Python thread,
+    // which waits for the result anyway: it waits on the handle itself, saving the hand-off to
+    // the completion thread and back.
+    inline_wait_ = !from_node;
+    int64_t set = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set_id", &set));
+    set_.id = static_cast<int>(set);
+  }
+
+ protected:
+  // Submits through `submit` (which may throw hvd::Error for local misuse) and finishes the op
+  // with `finish` once the handle completes successfully. `keep` holds the inputs alive.
+  template <typename Submit, typename Finish>
+  void run(OpKernelContext* ctx, DoneCallback done, std::vector<Tensor> keep, Submit submit,
+           Finish finish) {
+    hvd::Handle h;
+    try {
+      h = submit();
+    } catch (const hvd::Error& e) {
+      ctx->SetStatus(to_status(e.code(), e.what()));
+      done();
+      return;
+    } catch (const std::exception& e) {
+      ctx->SetStatus(absl::InternalError(std::string("horovod_cpp: ") + e.what()));
+      done();
+      return;
+    }
+    auto on_done = [ctx, done = std::move(done), keep = std::move(keep),
+                    finish = std::move(finish)](const hvd::Handle& handle) {
+      absl::Status s = status_of(handle);
+      if (s.ok()) {
+        try {
+          s = finish(handle);
+        } catch (const std::exception& e) {
+          s = absl::InternalError(std::string("horovod_cpp: ") + e.what());
+        }
+      }
+      if (!s.ok()) ctx->SetStatus(s);
+      done();
+    };
+    if (inline_wait_) {
+      try {
+        h.wait();
+      } catch (const std::exception&) {
+        // Reported by on_done from the handle's status.
+      }
+      on_done(h);
+      return;
+    }
+    when_done(std::move(h), std::move(on_done));
+  }
+
+  static absl::Status ok(const hvd::Handle&) { return absl::OkStatus(); }
+
+  std::string name_;
+  hvd::ProcessSet set_;
+  bool inline_wait_ = false;
+};
+
+
+// ---- allreduce ---------------------------------------------------------------------------
+class AllreduceKernel : public CollectiveKernel {
+ public:
+  explicit AllreduceKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
+    int64_t op = 1;
+    float pre = 1.f, post = 1.f;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &op));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("prescale_factor", &pre));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("postscale_factor", &post));
+    options_.op = static_cast<hvd::ReduceOp>(op);
+    options_.prescale_factor = pre;
+    options_.postscale_factor = post;
+    options_.process_set = set_;
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& in = ctx->input(0);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, in.shape(), &out),
+                         done);
+    hvd::TensorView vin, vout;
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(*out, &vout), done);
+    const bool same = vin.data == vout.data;
+    run(ctx, std::move(done), {in, *out}, [&] {
+      return same ? hvd::allreduce_async(name_, vout, options_)
+                  : hvd::allreduce_async(name_, vin, vout, options_);
+    }, ok);
+  }
+
+ private:
+  hvd::AllreduceOptions options_;
+};
+
+class GroupedAllreduceKernel : public CollectiveKernel {
+ public:
+  explicit GroupedAllreduceKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
+    int64_t op = 1;
+    float pre = 1.f, post = 1.f;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &op));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("prescale_factor", &pre));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("postscale_factor", &post));
+    options_.op = static_cast<hvd::ReduceOp>(op);
+    options_.prescale_factor = pre;
+    options_.postscale_factor = post;
+    options_.process_set = set_;
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const int n = ctx->num_inputs();
+    std::vector<hvd::TensorView> views(static_cast<size_t>(n));
+    std::vector<std::string> names(static_cast<size_t>(n));
+    std::vector<Tensor> keep;
+    keep.reserve(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK_ASYNC(ctx, in_place_output(ctx, i, &out), done);
+      OP_REQUIRES_OK_ASYNC(ctx, view_of(*out, &views[static_cast<size_t>(i)]), done);
+      keep.push_back(*out);
+      if (!name_.empty()) names[static_cast<size_t>(i)] = name_ + "." + std::to_string(i);
+    }
+    run(ctx, std::move(done), std::move(keep),
+        [&] { return hvd::grouped_allreduce_async(names, views, options_); }, ok);
+  }
+
+ private:
+  hvd::AllreduceOptions options_;
+};
+
+// ---- allgather, broadcast, alltoall, reducescatter ----------------------------------------
+class AllgatherKernel : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& in = ctx->input(0);
+    hvd::TensorView vin;
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
+    run(ctx, std::move(done), {in}, [&] { return hvd::allgather_async(name_, vin, set_); },
+        [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
+  }
+};
+
+class BroadcastKernel : public CollectiveKernel {
+ public:
+  explicit BroadcastKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
+    int64_t root = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("root_rank", &root));
+    root_ = static_cast<int>(root);
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, in_place_output(ctx, 0, &out), done);
+    hvd::TensorView v;
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(*out, &v), done);
+    run(ctx, std::move(done), {*out}, [&] { return hvd::broadcast_async(name_, v, root_, set_); },
+        ok);
+  }
+
+ private:
+  int root_ = 0;
+};
+
+class AlltoallKernel : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& splits_in = ctx->input(1);
+    OP_REQUIRES_ASYNC(ctx, splits_in.dims() <= 1,
+                      absl::InvalidArgumentError("horovod_cpp alltoall '" + name_ +
+                                                 "': splits must be a vector, got shape " +
+                                                 splits_in.shape().DebugString()),
+                      done);
+    std::vector<int64_t> splits;
+    for (int64_t i = 0; i < splits_in.NumElements(); ++i) {
+      splits.push_back(splits_in.dtype() == tensorflow::DT_INT32 ? splits_in.flat<int32_t>()(i)
+                                                                 : splits_in.flat<int64_t>()(i));
+    }
+    hvd::TensorView vin;
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
+    run(ctx, std::move(done), {in},
+        [&] { return hvd::alltoall_async(name_, vin, splits, set_); },
+        [ctx](const hvd::Handle& h) {
+          TF_RETURN_IF_ERROR(emit(ctx, 0, h.result()));
+          const std::vector<int64_t> received = h.received_splits();
+          Tensor* rs = nullptr;
+          TF_RETURN_IF_ERROR(ctx->allocate_output(
+              1, TensorShape({static_cast<int64_t>(received.size())}), &rs));
+          for (size_t i = 0; i < received.size(); ++i) {
+            rs->flat<int32_t>()(static_cast<int64_t>(i)) = static_cast<int32_t>(received[i]);
+          }
+          return absl::OkStatus();
+        });
+  }
+};
+
+class ReducescatterKernel : public CollectiveKernel {
+ public:
+  explicit ReducescatterKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
+    int64_t op = 1;
+    float pre = 1.f, post = 1.f;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &op));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("prescale_factor", &pre));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("postscale_factor", &post));
+    options_.op = static_cast<hvd::ReduceOp>(op);
+    options_.prescale_factor = pre;
+    options_.postscale_factor = post;
+    options_.process_set = set_;
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& in = ctx->input(0);
+    hvd::TensorView vin;
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
+    run(ctx, std::move(done), {in}, [&] { return hvd::reducescatter_async(name_, vin, options_); },
+        [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
+  }
+
+ private:
+  hvd::ReducescatterOptions options_;
+};
+
+// ---- join and barrier: blocking calls, run off the executor's threads ---------------------
+class JoinKernel : public AsyncOpKernel {
+ public:
+  using AsyncOpKernel::AsyncOpKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    run_detached([ctx, done = std::move(done)] {
+      try {
+        const int last = hvd::join();
+        Tensor* out = nullptr;
+        absl::Status s = ctx->allocate_output(0, TensorShape({}), &out);
+        if (s.ok()) out->scalar<int32_t>()() = last;
+        if (!s.ok()) ctx->SetStatus(s);
+      } catch (const hvd::Error& e) {
+        ctx->SetStatus(to_status(e.code(), e.what()));
+      }
+      done();
+    });
+  }
+};
+
+class BarrierKernel : public AsyncOpKernel {
+ public:
+  explicit BarrierKernel(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
+    int64_t set = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set_id", &set));
+    set_.id = static_cast<int>(set);
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    run_detached([ctx, set = set_, done = std::move(done)] {
+      try {
+        hvd::barrier(set);
+      } catch (const hvd::Error& e) {
+        ctx->SetStatus(to_status(e.code(), e.what()));
+      }
+      done();
+    });
+  }
+
+ private:
+  hvd::ProcessSet set_;
+};
+
+}  // namespace
+
+#define HVD_TF_CPU_KERNEL(op, cls) \
+  REGISTER_KERNEL_BUILDER(Name(op).Device(tensorflow::DEVICE_CPU), cls)
+
+HVD_TF_CPU_KERNEL("HorovodCppAllreduce", AllreduceKernel);
+HVD_TF_CPU_KERNEL("HorovodCppGroupedAllreduce", GroupedAllreduceKernel);
+HVD_TF_CPU_KERNEL("HorovodCppAllgather", AllgatherKernel);
+HVD_TF_CPU_KERNEL("HorovodCppBroadcast", BroadcastKernel);
+HVD_TF_CPU_KERNEL("HorovodCppAlltoall", AlltoallKernel);
+HVD_TF_CPU_KERNEL("HorovodCppReducescatter", ReducescatterKernel);
+HVD_TF_CPU_KERNEL("HorovodCppJoin", JoinKernel);
+HVD_TF_CPU_KERNEL("HorovodCppBarrier", BarrierKernel);
+
+}  // namespace hvd_tf

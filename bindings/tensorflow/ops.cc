@@ -1,0 +1,135 @@
+// Copyright horovod_cpp authors. Registration of the TensorFlow ops and their shape functions.
+//
+// Every op carries `tensor_name` (the name the ranks match the collective by; empty: the
+// runtime numbers calls of that op in call order, which is what eager mode uses),
+// `name_from_node` (graphs: use the node's name, unique in its graph and the same on every
+// rank, instead of tensor_name) and
+// `process_set_id` (0: every rank). Gradients are registered in Python
+// (horovod_cpp/tensorflow/mpi_ops.py). CPU kernels: kernels.cc; a GPU kernel can be registered
+// for the same ops on the same runtime path.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace hvd_tf {
+namespace {
+
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+#define HVD_TF_TYPES "{uint8, int8, int16, int32, int64, half, bfloat16, float, double, bool}"
+
+// Output 0 has the shape of input 0 except for an unknown first dimension.
+absl::Status first_dim_unknown(InferenceContext* c) {
+  ShapeHandle in = c->input(0);
+  if (!c->RankKnown(in)) {
+    c->set_output(0, c->UnknownShape());
+    return absl::OkStatus();
+  }
+  ShapeHandle at_least_1;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &at_least_1));
+  ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(at_least_1, 0, c->UnknownDim(), &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("HorovodCppAllreduce")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("name_from_node: bool = false")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc("Reduces `tensor` across the ranks of the process set (reduce_op: horovod_cpp's "
+         "Sum=0, Average=1, Min=2, Max=3, Product=4).");
+
+REGISTER_OP("HorovodCppGroupedAllreduce")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("name_from_node: bool = false")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: N * T")
+    .Output("outputs: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("Reduces a list of tensors as one unit (negotiated and fused together).");
+
+REGISTER_OP("HorovodCppAllgather")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("tensor_name: string = ''")
+    .Attr("name_from_node: bool = false")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetShapeFn(first_dim_unknown)
+    .Doc("Concatenates every rank's `tensor` along dimension 0 (which may differ by rank).");
+
+REGISTER_OP("HorovodCppBroadcast")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("root_rank: int")
+    .Attr("tensor_name: string = ''")
+    .Attr("name_from_node: bool = false")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc("Every rank receives `tensor` as it is on `root_rank` (a global rank).");
+
+REGISTER_OP("HorovodCppAlltoall")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("Tsplits: {int32, int64} = DT_INT32")
+    .Attr("tensor_name: string = ''")
+    .Attr("name_from_node: bool = false")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Input("splits: Tsplits")
+    .Output("output: T")
+    .Output("received_splits: int32")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(first_dim_unknown(c));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc("Sends splits[r] rows of `tensor` to rank r (empty splits: an even split); the output "
+         "concatenates what every rank sent this one, received_splits the rows from each.");
+
+REGISTER_OP("HorovodCppReducescatter")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("name_from_node: bool = false")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("output: T")
+    .SetShapeFn(first_dim_unknown)
+    .Doc("Reduces `tensor` across ranks (Sum or Average); each rank gets its slice of "
+         "dimension 0 (the first dim0 % size ranks one row more).");
+
+REGISTER_OP("HorovodCppJoin")
+    .Output("last_joined_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc("This rank has no more steps; returns the last rank to join once every rank has.");
+
+REGISTER_OP("HorovodCppBarrier")
+    .Attr("process_set_id: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Completes once every rank of the process set has reached it.");
+
+}  // namespace hvd_tf
