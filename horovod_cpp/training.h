@@ -389,8 +389,9 @@ class StepGuard {
   /// index of the step started.
   int64_t step();
 
-  /// This rank has no more steps: joins (see hvd::join()) and waits for its pending
-  /// announcements. Returns the last rank to join. Collective in the sense of join().
+  /// This rank has no more steps: waits for its own pending announcements (every rank makes
+  /// them or joins), then joins (see hvd::join()). Returns the last rank to join. Collective
+  /// in the sense of join().
   int finish();
 
   /// Number of step() calls made so far.

@@ -261,12 +261,18 @@ int64_t StepGuard::step() {
 
 int StepGuard::finish() {
   finished_ = true;
-  const int last = join();
-  for (auto& h : handles_) {
-    if (h.valid()) h.wait();
+  // Our announcements first: each completes once every rank has made it or joined (a rank
+  // with fewer steps: the others reach its last steps; the rank with the most: the others have
+  // joined), so nothing of ours is in flight when we join.
+  for (; known_ < steps_; ++known_) {
+    const Handle& h = handles_[static_cast<size_t>(known_ % (staleness_ + 1))];
+    if (timeout_.count() > 0) {
+      h.wait(timeout_);
+    } else {
+      h.wait();
+    }
   }
-  known_ = steps_;
-  return last;
+  return join();
 }
 
 int64_t StepGuard::slowest_started() const { return known_; }
