@@ -15,6 +15,11 @@
 //      progress bar when stdout is a terminal).
 // At the end it checks the held-out accuracy (>= 95%) and that the weights are bit-identical on
 // every rank, and exits non-zero otherwise.
+//
+// Semi-synchronous modes (docs/training.md): --staleness S applies the averaged gradients of S
+// steps earlier; --local-sgd K averages the parameters every K steps (--local-sgd-warmup N
+// synchronous steps first). Both flush() at the end of every epoch, before the checkpoint.
+// --straggle slows the last rank down (30% of its steps sleep 0-20 ms) to measure throughput.
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -29,6 +34,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "horovod_cpp/horovod_cpp.h"
@@ -49,6 +55,11 @@ struct Options {
   bool resume = false;
   bool progress = true;
   int threads = 1;  // intra-op threads per rank: the model is tiny, more threads only add overhead
+  double momentum = 0.9;
+  int staleness = 0;
+  int local_sgd = 0;
+  int local_sgd_warmup = 0;
+  bool straggle = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -78,10 +89,21 @@ Options parse(int argc, char** argv) {
       o.threads = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--no-progress") {
       o.progress = false;
+    } else if (a == "--momentum") {
+      o.momentum = std::atof(next().c_str());
+    } else if (a == "--staleness") {
+      o.staleness = std::atoi(next().c_str());
+    } else if (a == "--local-sgd") {
+      o.local_sgd = std::atoi(next().c_str());
+    } else if (a == "--local-sgd-warmup") {
+      o.local_sgd_warmup = std::atoi(next().c_str());
+    } else if (a == "--straggle") {
+      o.straggle = true;
     } else {
       std::fprintf(stderr,
                    "usage: %s [--epochs N] [--batch N] [--lr X] [--data digits.csv.gz] [--checkpoint PATH] "
-                   "[--resume] [--no-progress] [--threads N]\n",
+                   "[--resume] [--no-progress] [--threads N] [--momentum M] [--staleness S] [--local-sgd K] [--local-sgd-warmup N] "
+                   "[--straggle]\n",
                    argv[0]);
       std::exit(2);
     }
@@ -183,7 +205,7 @@ int main(int argc, char** argv) {
 
   ::torch::manual_seed(static_cast<uint64_t>(1 + rank));  // different on purpose: the broadcast fixes it
   Net net;
-  ::torch::optim::SGD sgd(net->parameters(), ::torch::optim::SGDOptions(opt.base_lr * size).momentum(0.9));
+  ::torch::optim::SGD sgd(net->parameters(), ::torch::optim::SGDOptions(opt.base_lr * size).momentum(opt.momentum));
   int64_t start_epoch = 0;
   if (opt.resume && rank == 0) {  // rank 0 alone reads the checkpoint
     ::torch::serialize::InputArchive ar, mar, oar;
@@ -203,7 +225,15 @@ int main(int argc, char** argv) {
   hvd::broadcast("start_epoch", hvd::TensorView(se.data(), hvd::DataType::kInt64, {1}), 0);
   start_epoch = se[0];
 
-  hvd::torch::DistributedOptimizer dopt(sgd, *net);
+  hvd::DistributedOptions dist;
+  dist.staleness = opt.staleness;
+  dist.local_sgd_period = opt.local_sgd;
+  dist.local_sgd_warmup_steps = opt.local_sgd_warmup;
+  hvd::torch::DistributedOptimizer dopt(sgd, *net, dist);
+  // --straggle: the last rank sleeps 0-20 ms on 30% of its steps.
+  std::mt19937 straggle_rng(99);
+  std::uniform_real_distribution<double> unif(0.0, 1.0);
+  const bool straggler = opt.straggle && rank == size - 1;
   // A progress bar on an interactive terminal only (under mpirun, stdout is a pseudo-terminal
   // even when mpirun's output goes to a file, so TERM is checked too).
   const char* term = std::getenv("TERM");
@@ -234,12 +264,16 @@ int main(int argc, char** argv) {
       at::Tensor logits = net->forward(bx);
       at::Tensor loss = ::torch::nn::functional::cross_entropy(logits, by);
       loss.backward();  // the hooks start each gradient's allreduce here
+      if (straggler && unif(straggle_rng) < 0.3) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(20.0 * unif(straggle_rng)));
+      }
       dopt.step();
       loss_sum += loss.item<double>() * static_cast<double>(by.size(0));
       correct += logits.argmax(1).eq(by).sum().item<double>();
       seen += static_cast<double>(by.size(0));
       if (tty && ((s + 1) % std::max(1, steps / 20) == 0 || s + 1 == steps)) progress(s + 1, steps, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    dopt.flush();  // semi-synchronous modes: every pending update applied, identical weights
     // Global training loss and accuracy: sums over the ranks.
     std::vector<double> stats{loss_sum, correct, seen};
     hvd::allreduce("epoch_stats", hvd::TensorView(stats.data(), hvd::DataType::kFloat64, {3}),
@@ -276,7 +310,10 @@ int main(int argc, char** argv) {
   const bool identical = differ[0] == 0;
   const bool acc_ok = test_acc >= 0.95;
   if (rank == 0) {
-    if (timed_epochs > 0) std::printf("mean time per epoch: %.3fs over %d epoch(s)\n", total_time / timed_epochs, timed_epochs);
+    if (timed_epochs > 0) {
+      std::printf("mean time per epoch: %.3fs over %d epoch(s); %.1f steps/s\n", total_time / timed_epochs,
+                  timed_epochs, steps * timed_epochs / total_time);
+    }
     std::printf("final held-out accuracy: %.2f%% (%lld samples) %s\n", 100.0 * test_acc,
                 static_cast<long long>(n_test), acc_ok ? "(>= 95%: OK)" : "(below 95%: FAILED)");
     std::printf("weights identical on all %d rank(s): %s", size, identical ? "yes\n" : "NO (");

@@ -89,8 +89,20 @@ class DistributedOptimizer {
   /// reduced gradients into the parameters' .grad(). Idempotent until the next backward.
   void synchronize();
 
-  /// synchronize() (unless called since the last backward), then the wrapped step().
+  /// synchronize() (unless called since the last backward), then the wrapped step(). With
+  /// DistributedOptions::staleness or local_sgd_period set, step() runs that semi-synchronous
+  /// mode instead (as hvd::DistributedOptimizer: the gradients are reduced from step(), not from
+  /// the hooks; synchronize() is then unavailable).
   void step();
+
+  /// Semi-synchronous modes: completes and applies every pending communication (the delayed
+  /// updates with staleness; an averaging of the parameters now with local SGD), so every rank
+  /// holds the same parameters. Call on every rank at the same step, e.g. before a checkpoint
+  /// or before join(). A no-op when synchronous.
+  void flush();
+
+  /// Number of step() calls so far.
+  int64_t steps_taken() const;
 
   /// The wrapped optimizer's zero_grad(); resets the pass counters. Throws if reductions are
   /// in flight.
@@ -117,6 +129,9 @@ class DistributedOptimizer {
   DistributedOptions opts_;
   std::shared_ptr<Impl> impl_;
 };
+
+/// Stale-synchronous pacing of independent steps (see hvd::StepGuard in horovod_cpp/training.h).
+using ::hvd::StepGuard;
 
 /// Replaces every tensor of `named_tensors` by root_rank's, in place. Collective; names and
 /// shapes must agree across ranks (MismatchError otherwise).

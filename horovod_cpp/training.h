@@ -34,6 +34,10 @@
 
 namespace hvd {
 
+namespace detail {
+class SemiSyncEngine;
+}
+
 /// Whether a parameter's gradient is a dense tensor or a set of rows.
 enum class GradKind : uint8_t {
   kDense = 0,   ///< the gradient has the shape of the value
@@ -246,6 +250,29 @@ struct DistributedOptions {
   /// How long step()/synchronize() wait for the collectives; zero means forever. On expiry
   /// a TimeoutError is thrown (the collectives go on).
   std::chrono::milliseconds timeout{0};
+
+  // ---- Semi-synchronous modes (docs/training.md, "Semi-synchronous training"). At most one of
+  // staleness and local_sgd_period may be non-zero; with both zero (the default) the optimizer
+  // is fully synchronous and behaves exactly as described above.
+
+  /// Bounded staleness s >= 0: step() submits this step's gradients asynchronously and applies
+  /// the averaged gradients of the step s steps earlier (nothing during the first s steps), so
+  /// communication overlaps s steps of computation. No rank gets more than s steps ahead of the
+  /// slowest, and every rank applies the same sequence of updates, so the parameters stay
+  /// identical. Gradients are reduced as dense tensors (sparse ones are densified).
+  int staleness = 0;
+  /// Local SGD: k > 0 makes each rank step on its own gradients and averages the parameters
+  /// every k steps (after steps k, 2k, ... counted from the end of the warmup).
+  int local_sgd_period = 0;
+  /// Local SGD: the first n steps are synchronous (averaged gradients), as post-local SGD.
+  int local_sgd_warmup_steps = 0;
+  /// Local SGD: also average the optimizer's float32 state (momentum buffers, Adam moments).
+  bool local_sgd_average_state = false;
+  /// Local SGD: overlap the averaging with the next step. The averaging of the parameters
+  /// taken after step t starts asynchronously and is folded in at step t + 1 as
+  /// p = average + (p - snapshot), so a rank never waits for it; the parameters are then
+  /// identical only after flush(). False: step t waits for the average (identical at once).
+  bool local_sgd_overlap = false;
 };
 
 /// Wraps an optimizer to average gradients across ranks before each of its steps.
@@ -285,8 +312,22 @@ class DistributedOptimizer : public Optimizer {
   /// gradients into the parameters. Idempotent until the next mark_ready().
   void synchronize();
 
-  /// synchronize() (unless already done), then the wrapped optimizer's step().
+  /// synchronize() (unless already done), then the wrapped optimizer's step(). In a
+  /// semi-synchronous mode (staleness or local SGD) step() does that mode's communication and
+  /// update instead (see DistributedOptions).
   void step() override;
+
+  /// Semi-synchronous modes: completes every pending communication, in order, on every rank:
+  /// with staleness s, waits for and applies the s delayed updates still in flight; with
+  /// local SGD, averages the parameters (and state if configured) now. Afterwards every rank
+  /// holds the same parameters (a consistent point for checkpoints) and the next s steps again
+  /// apply no update. Must be called on every rank at the same step. A no-op when synchronous.
+  void flush();
+
+  /// Number of step() calls since construction.
+  int64_t steps_taken() const { return steps_taken_; }
+  /// True when a semi-synchronous mode (staleness > 0 or local_sgd_period > 0) is on.
+  bool semi_synchronous() const { return semisync_ != nullptr; }
 
   /// Clears the gradients and the pass counters. Throws if collectives are in flight.
   void zero_grad() override;
@@ -313,6 +354,62 @@ class DistributedOptimizer : public Optimizer {
   DistributedOptions opts_;
   std::vector<std::unique_ptr<Slot>> slots_;
   bool synchronized_ = false;
+  int64_t steps_taken_ = 0;
+  std::unique_ptr<detail::SemiSyncEngine> semisync_;  // csrc/training/semisync.cc
+};
+
+/// Stale-synchronous step pacing for programs that step independently (local SGD, or any
+/// loop), in the spirit of a SemiSyncRunHook: call step() once at the start of every training
+/// step; it returns once no rank is more than `staleness` steps behind this one, i.e. when
+/// every rank has started step t - staleness (t = this rank's step being started).
+///
+/// Each call submits a one-element allreduce named "<name>.<t mod (staleness+1)>" and waits
+/// only for the one submitted `staleness` calls earlier, so a rank that is not ahead never
+/// blocks on communication. staleness = 0 is a barrier per step.
+///
+/// End of training: a rank with no more steps calls finish(), which joins (hvd::join()):
+/// until every rank has finished, it answers the other ranks' step allreduces with zeros, so
+/// ranks that run more steps are never blocked by it. Every rank must call finish() (or
+/// join()) eventually. The guard must be constructed in the same order on every rank (its
+/// collective names come from `name`).
+class StepGuard {
+ public:
+  /// A guard letting ranks run at most `staleness` (>= 0) steps ahead of the slowest.
+  /// `timeout` bounds each wait (TimeoutError on expiry); zero waits forever.
+  explicit StepGuard(int staleness, std::string name = "StepGuard",
+                     std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  /// Waits for its pending allreduces only if every rank has finished; otherwise leaves their
+  /// (tiny) buffers allocated rather than block.
+  ~StepGuard();
+  StepGuard(const StepGuard&) = delete;
+  StepGuard& operator=(const StepGuard&) = delete;
+
+  /// Starts step steps() (the first call starts step 0): announces it to the other ranks and
+  /// waits while this rank is more than staleness() steps ahead of the slowest. Returns the
+  /// index of the step started.
+  int64_t step();
+
+  /// This rank has no more steps: waits for its own pending announcements (every rank makes
+  /// them or joins), then joins (see hvd::join()). Returns the last rank to join. Collective
+  /// in the sense of join().
+  int finish();
+
+  /// Number of step() calls made so far.
+  int64_t steps() const { return steps_; }
+  /// A lower bound of the number of steps every rank has started (what this rank has learned
+  /// without waiting). Ranks that joined count as infinitely far ahead.
+  int64_t slowest_started() const;
+  int staleness() const { return staleness_; }
+
+ private:
+  int staleness_;
+  std::string name_;
+  std::chrono::milliseconds timeout_;
+  int64_t steps_ = 0;
+  int64_t known_ = 0;  // every rank has started at least this many steps
+  bool finished_ = false;
+  std::vector<int64_t>* bufs_;   // staleness+1 slots, owned (leaked if destroyed while pending)
+  std::vector<Handle> handles_;  // by slot
 };
 
 /// Checks, collectively, that a list of named entries is the same on every rank: `entries`

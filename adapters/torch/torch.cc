@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "semisync.h"
+
 namespace hvd {
 namespace torch {
 
@@ -100,6 +102,8 @@ struct DistributedOptimizer::Impl {
   std::vector<Slot> slots;
   std::mutex mu;  // hooks may run on autograd threads
   bool synchronized = false;
+  std::unique_ptr<detail::TorchSemiSync> semi;  // staleness / local SGD (semisync.cc)
+  int64_t steps = 0;
 
   void mark_ready(size_t i) {
     std::lock_guard<std::mutex> lk(mu);
@@ -114,7 +118,8 @@ struct DistributedOptimizer::Impl {
                                "accumulation)");
     }
     synchronized = false;
-    if (++s.passes == opts.backward_passes_per_step) start(s);
+    // Semi-synchronous modes communicate in step(), once the whole step's gradients exist.
+    if (++s.passes == opts.backward_passes_per_step && !semi) start(s);
   }
 
   void start(Slot& s) {
@@ -190,6 +195,10 @@ struct DistributedOptimizer::Impl {
 
   void synchronize() {
     std::lock_guard<std::mutex> lk(mu);
+    if (semi) {
+      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: synchronize() is not available with staleness "
+                                 "or local SGD (step() does the communication); use flush() to complete it");
+    }
     if (synchronized) return;
     // Frozen parameters (requires_grad false) are left alone, as the torch optimizers do.
     for (auto& s : slots) {
@@ -341,6 +350,13 @@ void DistributedOptimizer::init(const std::vector<std::pair<std::string, at::Ten
     }
     s.hook_key = s.acc->add_post_hook(std::make_unique<ReadyHook>(impl_, i));
   }
+  if (opts_.staleness != 0 || opts_.local_sgd_period != 0 || opts_.local_sgd_warmup_steps < 0) {
+    std::vector<std::pair<std::string, at::Tensor>> trainable;
+    for (auto& s : impl_->slots) {
+      if (s.param.requires_grad()) trainable.emplace_back(s.name, s.param);
+    }
+    impl_->semi = std::make_unique<detail::TorchSemiSync>(optimizer_, std::move(trainable), opts_);
+  }
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -354,11 +370,25 @@ DistributedOptimizer::~DistributedOptimizer() {
 void DistributedOptimizer::synchronize() { impl_->synchronize(); }
 
 void DistributedOptimizer::step() {
+  if (impl_->semi) {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->semi->step(impl_->steps++);
+    for (auto& s : impl_->slots) s.passes = 0;
+    return;
+  }
   impl_->synchronize();
   optimizer_.step();
   std::lock_guard<std::mutex> lk(impl_->mu);
   impl_->synchronized = false;
+  ++impl_->steps;
 }
+
+void DistributedOptimizer::flush() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  if (impl_->semi) impl_->semi->flush();
+}
+
+int64_t DistributedOptimizer::steps_taken() const { return impl_->steps; }
 
 void DistributedOptimizer::zero_grad() {
   {

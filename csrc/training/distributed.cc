@@ -11,6 +11,7 @@
 #include "common/half.h"
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/training.h"
+#include "training/semisync.h"
 
 namespace hvd {
 
@@ -187,6 +188,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Optimizer> optimizer,
     s->sparse_path = p->grad_kind() == GradKind::kSparse && !opts_.sparse_as_dense;
     slots_.push_back(std::move(s));
   }
+  if (opts_.staleness != 0 || opts_.local_sgd_period != 0 || opts_.local_sgd_warmup_steps != 0) {
+    semisync_ = std::make_unique<detail::SemiSyncEngine>(*inner_, params_, opts_);
+    if (opts_.staleness == 0 && opts_.local_sgd_period == 0) semisync_.reset();  // warmup alone: synchronous
+  }
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -230,7 +235,8 @@ void DistributedOptimizer::mark_ready(Parameter& param) {
                                "between steps");
   }
   synchronized_ = false;
-  if (++s.passes == opts_.backward_passes_per_step) start(i);
+  // Semi-synchronous modes communicate in step(), after the whole step's gradients exist.
+  if (++s.passes == opts_.backward_passes_per_step && !semisync_) start(i);
 }
 
 void DistributedOptimizer::mark_ready(const std::string& name) { mark_ready(*slots_[index_of(name)]->param); }
@@ -323,6 +329,10 @@ void DistributedOptimizer::finish(size_t i) {
 }
 
 void DistributedOptimizer::synchronize() {
+  if (semisync_) {
+    throw InvalidArgumentError("DistributedOptimizer: synchronize() is not available with staleness or local SGD "
+                               "(step() does the communication); use flush() to complete it");
+  }
   if (synchronized_) return;
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (!slots_[i]->started) start(i);
@@ -332,9 +342,19 @@ void DistributedOptimizer::synchronize() {
 }
 
 void DistributedOptimizer::step() {
-  synchronize();
-  inner_->step();
+  if (semisync_) {
+    semisync_->step(steps_taken_);
+    for (auto& s : slots_) s->passes = 0;
+  } else {
+    synchronize();
+    inner_->step();
+  }
+  ++steps_taken_;
   synchronized_ = false;
+}
+
+void DistributedOptimizer::flush() {
+  if (semisync_) semisync_->flush();
 }
 
 void DistributedOptimizer::zero_grad() {

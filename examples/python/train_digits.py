@@ -5,11 +5,18 @@
 The script is written for horovod.torch: only the import differs. Each rank trains on its
 own shard of the training set; DistributedOptimizer averages the gradients, so every rank
 ends with the same weights. Rank 0 reports the test accuracy.
+
+Semi-synchronous modes (docs/training.md): --staleness S applies the averaged gradients of S
+steps earlier; --local-sgd K averages the weights every K steps (after --local-sgd-warmup N
+synchronous steps). flush() at the end of each epoch makes the weights identical again.
+--straggle slows the last rank down (30% of its steps sleep 0-20 ms); steps/s is reported.
 """
 
 import argparse
 import gzip
 import os
+import random
+import time
 
 import numpy as np
 import torch
@@ -35,7 +42,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05, help="scaled by the number of ranks")
+    parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--staleness", type=int, default=0)
+    parser.add_argument("--local-sgd", type=int, default=0, help="averaging period k")
+    parser.add_argument("--local-sgd-warmup", type=int, default=0)
+    parser.add_argument("--straggle", action="store_true", help="slow down the last rank")
     args = parser.parse_args()
 
     hvd.init()
@@ -51,16 +63,23 @@ def main():
     x_test, y_test = torch.from_numpy(x[test_idx]), torch.from_numpy(y[test_idx])
 
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),
+                                momentum=args.momentum)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression)
+                                         compression=compression, staleness=args.staleness,
+                                         local_sgd_period=args.local_sgd,
+                                         local_sgd_warmup_steps=args.local_sgd_warmup)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     # Every rank must run the same number of steps: use the smallest shard's count.
     steps = hvd.allreduce(torch.tensor(len(my_idx) // args.batch_size), op=hvd.Min).item()
+    straggler = args.straggle and hvd.rank() == hvd.size() - 1
+    delay_rng = random.Random(99)
+    train_time = 0.0
     for epoch in range(args.epochs):
+        t0 = time.perf_counter()
         model.train()
         order = torch.randperm(len(my_idx), generator=torch.Generator().manual_seed(epoch))
         total = torch.zeros(1)
@@ -69,9 +88,14 @@ def main():
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             loss.backward()
+            if straggler and delay_rng.random() < 0.3:
+                time.sleep(0.020 * delay_rng.random())
             optimizer.step()
             total += loss.detach()
+        if args.staleness or args.local_sgd:
+            optimizer.flush()  # every pending update applied: identical weights again
         mean_loss = hvd.allreduce(total / steps, name="epoch_loss").item()
+        train_time += time.perf_counter() - t0
         model.eval()
         with torch.no_grad():
             acc = (model(x_test).argmax(1) == y_test).float().mean().item()
@@ -83,7 +107,8 @@ def main():
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     spread = (hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)).abs().max().item()
     if hvd.rank() == 0:
-        print(f"final test accuracy {acc:.4f}; max weight difference across ranks {spread:.3g}")
+        print(f"final test accuracy {acc:.4f}; max weight difference across ranks {spread:.3g}; "
+              f"{steps * args.epochs / train_time:.1f} steps/s")
     hvd.shutdown()
 
 

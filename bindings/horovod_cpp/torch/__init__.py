@@ -21,3 +21,4 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       grouped_reducescatter_async, join, poll, reducescatter,
                       reducescatter_async, sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer
+from .semisync import StepGuard

@@ -38,7 +38,8 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 def _step_without_allreduce(optimizer):
     from .optimizer import _DistributedOptimizer
-    if isinstance(optimizer, _DistributedOptimizer):
+    from .semisync import _SemiSyncOptimizer
+    if isinstance(optimizer, (_DistributedOptimizer, _SemiSyncOptimizer)):
         optimizer._hvd_base_class.step(optimizer)
     else:
         optimizer.step()

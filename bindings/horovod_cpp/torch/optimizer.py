@@ -13,6 +13,7 @@ import torch
 
 from .._basics import Adasum, Average, _set_id, global_process_set, size
 from .compression import Compression
+from .semisync import checked_names as _checked_names, make_semisync_optimizer
 from .mpi_ops import (allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async,
                       synchronize as _synchronize_handle)
 
@@ -304,12 +305,20 @@ class _GroupHandle:
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, staleness=0, local_sgd_period=0,
+                         local_sgd_warmup_steps=0, local_sgd_average_state=False,
+                         local_sgd_overlap=False):
     """Wraps a torch.optim optimizer so that gradients are averaged across ranks.
 
     Returns an instance of a subclass of the optimizer's class, over the same param_groups.
     Each gradient's allreduce starts during backward; step() waits for them. Gradients
     accumulate locally for backward_passes_per_step passes before being reduced.
+
+    Semi-synchronous modes (semisync.py): staleness=s > 0 applies at each step the averaged
+    gradients of s steps earlier (communication overlaps s steps; no rank more than s steps
+    ahead); local_sgd_period=k > 0 steps on local gradients and averages the parameters (and,
+    with local_sgd_average_state, the optimizer state) every k steps, after
+    local_sgd_warmup_steps synchronous steps. Both have flush().
     """
     if op == Adasum:
         raise NotImplementedError("horovod_cpp: DistributedOptimizer(op=Adasum) is not "
@@ -340,6 +349,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be a positive integer")
     _set_id(process_set)  # a registered ProcessSet (ValueError otherwise)
+    if staleness or local_sgd_period:
+        if groups is not None or backward_passes_per_step != 1:
+            raise ValueError("staleness / local SGD do not support groups or "
+                             "backward_passes_per_step > 1")
+        names = {p: f"DistributedOptimizer.semisync.{name}"
+                 for name, p in _checked_names(optimizer, named_parameters)}
+        return make_semisync_optimizer(optimizer, names, compression, op,
+                                       gradient_predivide_factor, staleness, local_sgd_period,
+                                       local_sgd_warmup_steps, local_sgd_average_state,
+                                       local_sgd_overlap, process_set)
 
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {"_hvd_base_class": base})
