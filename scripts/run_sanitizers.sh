@@ -36,12 +36,17 @@ for which in "${WHICH[@]}"; do
     asan)
       dir=${ASAN_BUILD_DIR:-build-asan}
       configure_and_build "$dir" -DHOROVOD_CPP_SANITIZE=ON
-      export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+      # The ranks (not mpirun) get test/sanitizers/no_dlclose.c preloaded, after the ASan
+      # runtime, so that LeakSanitizer can name Open MPI's unloaded components; the full
+      # unwinder names the callers of libc's allocation functions (vasprintf) as well.
+      cc -shared -fPIC -o "$dir/libno_dlclose.so" test/sanitizers/no_dlclose.c
+      export OMPI_MCA_mca_base_env_list="LD_PRELOAD=$(${CXX:-c++} -print-file-name=libasan.so):$(realpath "$dir")/libno_dlclose.so"
+      export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0"
       export LSAN_OPTIONS="suppressions=$ROOT/test/sanitizers/lsan.supp:print_suppressions=0"
       export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
       ctest --test-dir "$dir" --output-on-failure --timeout 600 \
         -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23])$' || status=1
-      unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+      unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_env_list
       ;;
     tsan)
       dir=${TSAN_BUILD_DIR:-build-tsan}

@@ -139,6 +139,9 @@ TEST_CASE("autotuner: ranks with different clocks agree on every trial and the r
           ranks[r].applied.push_back({t, ms});
         }));
   }
+  // The rank threads record failures here and the main thread checks them: Catch's macros
+  // are not thread-safe.
+  std::vector<std::string> failures(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -147,7 +150,11 @@ TEST_CASE("autotuner: ranks with different clocks agree on every trial and the r
       for (int cycle = 0; cycle < 2000 && !tuners[r]->done(); ++cycle) {
         if (cycle % 3 == 2) {  // a cycle without allreduce data: ignored
           now += 1e-4;
-          REQUIRE(tuners[r]->after_cycle(0, now).ok());
+          Status st = tuners[r]->after_cycle(0, now);
+          if (!st.ok()) {
+            failures[static_cast<size_t>(r)] = st.message();
+            return;
+          }
           continue;
         }
         const double mb = static_cast<double>(ranks[r].threshold) / (1 << 20);
@@ -155,11 +162,19 @@ TEST_CASE("autotuner: ranks with different clocks agree on every trial and the r
         double dt = 1.0 / landscape(mb, ranks[r].cycle_ms);
         if (r == 2) dt *= 1.1 + 0.01 * (cycle % 2);
         now += dt;
-        REQUIRE(tuners[r]->after_cycle(step_bytes, now).ok());
+        Status st = tuners[r]->after_cycle(step_bytes, now);
+        if (!st.ok()) {
+          failures[static_cast<size_t>(r)] = st.message();
+          return;
+        }
       }
     });
   }
   for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << failures[static_cast<size_t>(r)]);
+    CHECK(failures[static_cast<size_t>(r)].empty());
+  }
   for (int r = 0; r < n; ++r) {
     INFO("rank " << r);
     REQUIRE(tuners[r]->done());
