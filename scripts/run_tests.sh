@@ -13,7 +13,9 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_DIR=$BUILD_DIR bash scripts/build.sh
 status=0
-ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 || status=1
+SUMMARY=$(mktemp /tmp/hvd_run_tests_summary.XXXXXX)
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 2>&1 | tee "$SUMMARY.ctest" \
+  || status=1
 
 if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh ]; then
   VENV=$(realpath -m "${VENV:-.venv}")
@@ -21,7 +23,8 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
   fi
   "$VENV/bin/python" -m pip install -q . || status=1
-  PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh || status=1
+  PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh 2>&1 | tee "$SUMMARY.pytest" \
+    || status=1
   # The launcher (hvdrun starts mpirun itself, so these run outside mpirun).
   HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || status=1
   # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).
@@ -38,7 +41,8 @@ fi
 TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
 if [ -x "$TF_VENV/bin/python" ]; then
   "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || status=1
-  PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow || status=1
+  PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow 2>&1 \
+    | tee "$SUMMARY.pytest-tf" || status=1
   # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10).
   for ex in keras_digits custom_loop_digits tf1_linear_regression; do
     echo "=== examples/tensorflow/$ex.py under mpirun -np 2 ==="
@@ -64,4 +68,12 @@ if [ "${SANITIZERS:-1}" != 0 ]; then
   bash scripts/run_sanitizers.sh || status=1
 fi
 
+# The main build's CTest and the Python suites' closing lines once more, last (the hardening
+# runs above print CTest summaries of their own subsets).
+echo "=== summary ==="
+grep -h -E '^pytest: ' "$SUMMARY.pytest-tf" 2>/dev/null | sed 's/^pytest:/pytest (TensorFlow venv):/' || true
+grep -h -E '^pytest: ' "$SUMMARY.pytest" 2>/dev/null || true
+grep -h -E 'tests passed, .* tests failed out of' "$SUMMARY.ctest" || true
+rm -f "$SUMMARY" "$SUMMARY".*
+[ "$status" = 0 ] && echo "run_tests: all passed" || echo "run_tests: FAILED (see above)"
 exit $status
