@@ -99,7 +99,7 @@ std::string ProcessSetState::stop_reason() const {
 }
 
 Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   const Request& first = entries.front().request;
   if (stopped_ || shutdown_requested_) {
     const std::string why = stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
@@ -121,7 +121,12 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
     std::string name = e.request.name;
     table_.emplace(std::move(name), std::move(e));
   }
-  cv_.notify_one();
+  has_new_.store(true, std::memory_order_release);
+  if (sleeping_) {
+    // Notified after unlocking: a thread woken under the lock would only block on it again.
+    lk.unlock();
+    cv_.notify_one();
+  }
   return Status::OK();
 }
 
@@ -155,13 +160,28 @@ void ProcessSetState::loop() {
       std::unique_lock<std::mutex> lk(mu_);
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
       // timeout is the heartbeat that lets other ranks' cycles complete.
+      const auto has_work = [this] { return !new_requests_.empty() || shutdown_requested_; };
       if (new_requests_.empty() && table_.empty() && !shutdown_requested_) {
-        const bool woken =
-            cv_.wait_for(lk, idle, [this] { return !new_requests_.empty() || shutdown_requested_; });
+        // Poll first, without the lock: the next submission usually comes within
+        // microseconds, and waking a sleeping thread costs more than the collective itself.
+        lk.unlock();
+        const auto spin_end = std::chrono::steady_clock::now() + kIdleSpin;
+        while (!has_new_.load(std::memory_order_acquire) &&
+               std::chrono::steady_clock::now() < spin_end) {
+          std::this_thread::yield();  // two ranks may share a core: let the other one run
+        }
+        lk.lock();
+        bool woken = has_work();
+        if (!woken) {
+          sleeping_ = true;
+          woken = cv_.wait_for(lk, idle, has_work);
+          sleeping_ = false;
+        }
         idle = woken ? base_idle : std::min(idle * 2, base_idle * 32);
       } else {
         idle = base_idle;
       }
+      has_new_.store(false, std::memory_order_relaxed);
       incoming.swap(new_requests_);
       shutdown = shutdown_requested_;
       traced = timeline_ && timeline_->enabled();  // after the wait: it may have just started
@@ -247,6 +267,7 @@ void ProcessSetState::stop(const Status& why) {
 void ProcessSetState::request_shutdown() {
   std::lock_guard<std::mutex> lk(mu_);
   shutdown_requested_ = true;
+  has_new_.store(true, std::memory_order_release);
   cv_.notify_one();
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -90,6 +91,11 @@ class ProcessSetState {
   std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
+  bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)
+  // Set with new_requests_ (under mu_), read without it by the idle thread's poll.
+  std::atomic<bool> has_new_{false};
+  /// How long an idle background thread polls for new work before it sleeps on cv_.
+  static constexpr std::chrono::microseconds kIdleSpin{100};
   Status stop_status_;                                  // guarded by mu_
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> noname_counter_[kMaxOpType + 1] = {};
