@@ -9,10 +9,14 @@ namespace hvd {
 namespace detail {
 
 void HandleState::complete(const Status& status) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   if (!status.ok() && status_.ok()) status_ = status;
   if (--remaining_ > 0) return;
   done_.store(true, std::memory_order_release);
+  if (sleepers_ == 0) return;  // the waiters still spinning see done_ without a wake-up
+  // Notified after unlocking: a waiter woken under the lock would only block on it again.
+  // The caller holds a reference, so the state outlives this call.
+  lk.unlock();
   cv_.notify_all();
 }
 
@@ -27,7 +31,10 @@ bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
   }
   if (done()) return true;
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_until(lk, deadline, [this] { return done(); });
+  ++sleepers_;
+  const bool done_in_time = cv_.wait_until(lk, deadline, [this] { return done(); });
+  --sleepers_;
+  return done_in_time;
 }
 
 void HandleState::wait() { wait_until(std::chrono::steady_clock::time_point::max()); }

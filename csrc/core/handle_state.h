@@ -57,6 +57,7 @@ class HandleState {
   std::mutex mu_;
   std::condition_variable cv_;
   int remaining_;
+  int sleepers_ = 0;  ///< threads waiting on cv_ (guarded by mu_): complete() wakes only those
   const int parts_;
   Status status_;
   std::vector<Tensor> results_;

@@ -117,8 +117,10 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
     }
   }
   for (auto& e : entries) {
-    new_requests_.push_back(e.request);
     std::string name = e.request.name;
+    // The request goes to the background thread; the table keeps the rest (and request.op,
+    // which a moved-from request still holds, for messages).
+    new_requests_.push_back(std::move(e.request));
     table_.emplace(std::move(name), std::move(e));
   }
   has_new_.store(true, std::memory_order_release);
