@@ -18,7 +18,10 @@ struct Completion {
   std::vector<int> parts;
 
   void operator()(BatchOutcome out) const {
-    for (size_t k = 0; k < handles.size(); ++k) {
+    // Last to first: a caller waits on its handles in submission order, so it wakes once,
+    // when the first completes, and finds the rest done, instead of waking (and taking the
+    // CPU from this thread) for each one.
+    for (size_t k = handles.size(); k-- > 0;) {
       if (!handles[k]) continue;
       if (k < out.results.size()) {
         TensorResult& r = out.results[k];

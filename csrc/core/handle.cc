@@ -1,4 +1,5 @@
 // Copyright horovod_cpp authors.
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -20,7 +21,20 @@ void HandleState::complete(const Status& status) {
   cv_.notify_all();
 }
 
+namespace {
+std::atomic<int> g_threads_waiting{0};
+
+struct WaitingThread {  // counts this thread in g_threads_waiting while it lives
+  WaitingThread() { g_threads_waiting.fetch_add(1, std::memory_order_relaxed); }
+  ~WaitingThread() { g_threads_waiting.fetch_sub(1, std::memory_order_relaxed); }
+};
+}  // namespace
+
+int threads_waiting() { return g_threads_waiting.load(std::memory_order_relaxed); }
+
 bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
+  if (done()) return true;
+  WaitingThread counted;
   // A short spin first: small collectives finish within microseconds, and a futex sleep and
   // wake would cost more than the collective itself.
   const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
