@@ -57,8 +57,8 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       t.response = &responses[i];
       t.present = all_present[i];
       if (t.present) {
-        t.input = e.input;
-        t.output = e.output;
+        t.input = std::move(e.input);  // the entry is not used again
+        t.output = std::move(e.output);
         done.handles[k] = std::move(e.handle);
         done.parts[k] = e.part;
       }

@@ -111,22 +111,31 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
     return Status::Shutdown(std::string(op_type_name(first.op)) + " '" + first.name +
                             "' rejected: " + why);
   }
-  for (const auto& e : entries) {
-    auto it = table_.find(e.request.name);
-    if (it != table_.end()) {
-      return Status::InvalidArgument(
-          std::string(op_type_name(e.request.op)) + " '" + e.request.name + "' on rank " +
-          std::to_string(global_ranks_[static_cast<size_t>(rank_)]) + ": a " +
-          op_type_name(it->second.request.op) +
-          " of the same name is still pending; wait for it before reusing the name");
-    }
-  }
-  for (auto& e : entries) {
-    std::string name = e.request.name;
-    // The request goes to the background thread; the table keeps the rest (and request.op,
-    // which a moved-from request still holds, for messages).
+  const auto still_pending = [this](const Request& q, OpType pending_op) {
+    return Status::InvalidArgument(
+        std::string(op_type_name(q.op)) + " '" + q.name + "' on rank " +
+        std::to_string(global_ranks_[static_cast<size_t>(rank_)]) + ": a " +
+        op_type_name(pending_op) +
+        " of the same name is still pending; wait for it before reusing the name");
+  };
+  // The requests go to the background thread; the table keeps the rest (and request.op,
+  // which a moved-from request still holds, for messages).
+  if (entries.size() == 1) {  // the common case: one hash lookup
+    TensorEntry& e = entries.front();
+    auto [it, inserted] = table_.try_emplace(e.request.name);
+    if (!inserted) return still_pending(e.request, it->second.request.op);
     new_requests_.push_back(std::move(e.request));
-    table_.emplace(std::move(name), std::move(e));
+    it->second = std::move(e);
+  } else {
+    for (const auto& e : entries) {
+      auto it = table_.find(e.request.name);
+      if (it != table_.end()) return still_pending(e.request, it->second.request.op);
+    }
+    for (auto& e : entries) {
+      std::string name = e.request.name;
+      new_requests_.push_back(std::move(e.request));
+      table_.emplace(std::move(name), std::move(e));
+    }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
   has_new_.store(true, std::memory_order_release);
