@@ -9,6 +9,7 @@
 // and the reason, so the ranks whose own checks passed get an error instead of waiting
 // forever. Only failures that leave nothing to submit to (no runtime, no such process set,
 // inconsistent argument lists) fail on the calling rank alone.
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_set>
@@ -70,7 +71,7 @@ class Submission {
     e.input = in;
     e.output = out;
     e.part = static_cast<int>(entries_.size());
-    if (!name.empty() && !names_.insert(e.request.name).second) {
+    if (!name.empty() && !unique_name(e.request.name)) {
       // Only the first of the two can be submitted (names are unique per set).
       note_error(describe(e.request) + ": the name appears twice in the group");
       dropped_.push_back(std::move(e));
@@ -160,6 +161,20 @@ class Submission {
   Handle submit() { return submit(entries_.front().request.name); }
 
  private:
+  /// False if `name` was already added to this submission. The set of names is built only
+  /// when a second tensor is added: single-tensor calls (the common case) allocate nothing.
+  bool unique_name(const std::string& name) {
+    if (entries_.empty()) return true;
+    if (names_.empty()) {
+      for (size_t i = 0; i < entries_.size(); ++i) {
+        if (std::find(unnamed_.begin(), unnamed_.end(), i) == unnamed_.end()) {
+          names_.insert(entries_[i].request.name);
+        }
+      }
+    }
+    return names_.insert(name).second;
+  }
+
   static void check_view(const Request& q, const TensorView& t, const char* role) {
     for (int64_t d : t.shape) {
       if (d < 0) {
@@ -183,7 +198,7 @@ class Submission {
   std::vector<TensorEntry> entries_;
   std::vector<TensorEntry> dropped_;       // a name's second occurrence, never submitted
   std::string error_;                      // the first local failure; empty if none
-  std::unordered_set<std::string> names_;  // duplicates within one submission
+  std::unordered_set<std::string> names_;  // duplicates within one submission (2+ tensors)
   std::vector<size_t> unnamed_;            // entries to number at submit()
   bool grouped_ = false;
   std::shared_ptr<detail::HandleState> state_;

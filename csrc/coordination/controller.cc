@@ -69,7 +69,7 @@ void Controller::absorb(std::vector<Request> incoming) {
       if (bit) invalid_bits_.insert(*bit);
       return std::nullopt;
     }
-    if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.count(*bit)) {
+    if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.contains(*bit)) {
       return bit;
     }
     if (bit) invalid_bits_.insert(*bit);  // cached with other parameters
@@ -98,7 +98,7 @@ void Controller::absorb(std::vector<Request> incoming) {
     Request& q = incoming[i];
     std::optional<uint32_t> bit = group_clean[i] ? hit_of(q) : std::nullopt;
     if (bit) {
-      pending_bits_.emplace(*bit, std::move(q));
+      pending_bits_.put(*bit, std::move(q));
     } else {
       uncached_.push_back(std::move(q));
     }
@@ -116,19 +116,18 @@ void Controller::drop_bit(uint32_t bit) {
 // Moves this rank's pending request on `bit` (and the rest of its group) to the requests sent
 // in full. Leaves the cache alone: after an eviction the position may already hold a new entry.
 void Controller::requeue_pending(uint32_t bit) {
-  auto it = pending_bits_.find(bit);
-  if (it != pending_bits_.end()) {
-    const std::string group = it->second.group;
-    uncached_.push_back(std::move(it->second));
-    pending_bits_.erase(it);
+  if (pending_bits_.contains(bit)) {
+    const std::string group = pending_bits_.at(bit).group;
+    uncached_.push_back(std::move(pending_bits_.at(bit)));
+    pending_bits_.erase(bit);
     if (!group.empty()) {
-      for (auto jt = pending_bits_.begin(); jt != pending_bits_.end();) {
-        if (jt->second.group == group) {
-          uncached_.push_back(std::move(jt->second));
-          jt = pending_bits_.erase(jt);
-        } else {
-          ++jt;
-        }
+      std::vector<uint32_t> siblings;
+      pending_bits_.for_each([&](uint32_t b, Request& q) {
+        if (q.group == group) siblings.push_back(b);
+      });
+      for (uint32_t b : siblings) {
+        uncached_.push_back(std::move(pending_bits_.at(b)));
+        pending_bits_.erase(b);
       }
     }
   }
@@ -154,10 +153,10 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   if (shutdown_requested_) v[0] &= ~kShutdownFlag;
   if (want_report) v[0] &= ~kStallReportFlag;
   if (joined_) v[0] &= ~kJoinedFlag;
-  for (const auto& [bit, q] : pending_bits_) {
+  pending_bits_.for_each([&](uint32_t bit, const Request&) {
     set_bit(v, kReady, bit);
     clear_bit(v, kNone, bit);
-  }
+  });
   for (uint32_t bit : invalid_bits_) clear_bit(v, kValid, bit);
   invalid_bits_.clear();
 
@@ -168,7 +167,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   others_joined_ = !(v[0] & kJoinedFlag);
   if (others_joined_) {
     // Cache hits cannot complete while a rank has joined (it sets no bits): send them in full.
-    for (auto& [bit, q] : pending_bits_) uncached_.push_back(std::move(q));
+    pending_bits_.for_each([&](uint32_t, Request& q) { uncached_.push_back(std::move(q)); });
     pending_bits_.clear();
   }
 
@@ -188,6 +187,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
       if (!r.group.empty()) ++group_ready[r.group];
     }
   }
+  out->responses.reserve(ready.size());
   for (uint32_t bit : ready) {
     const Response& r = cache_.at(bit);
     if (!r.group.empty() && group_ready[r.group] < r.group_size) continue;  // wait for siblings
@@ -212,7 +212,8 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   uncached_.clear();
   mine.shutdown = shutdown_requested_;
   if (stall_report) {
-    for (const auto& [bit, q] : pending_bits_) mine.pending_cache_bits.push_back(bit);
+    pending_bits_.for_each(
+        [&](uint32_t bit, const Request&) { mine.pending_cache_bits.push_back(bit); });
   }
   std::vector<std::string> gathered;
   HVD_RETURN_IF_ERROR(plane_->gather(serialize(mine), &gathered));

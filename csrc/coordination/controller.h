@@ -34,6 +34,7 @@
 // Threading: a Controller is used by one thread only (the background thread).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -66,6 +67,46 @@ struct CycleResult {
   bool fatal = false;
   std::string shutdown_reason;
   bool full_cycle = false;  ///< the gather/broadcast of step 4 ran
+};
+
+/// This rank's requests that are cache hits, indexed by their bit: a flat table (bits are
+/// dense, at most the cache capacity), so a hit costs no allocation or tree operation.
+class PendingBits {
+ public:
+  bool empty() const { return count_ == 0; }
+  bool contains(uint32_t bit) const { return bit < has_.size() && has_[bit]; }
+  void put(uint32_t bit, Request q) {
+    if (bit >= has_.size()) {
+      has_.resize(bit + 1, 0);
+      requests_.resize(bit + 1);
+    }
+    count_ += has_[bit] ? 0 : 1;
+    has_[bit] = 1;
+    requests_[bit] = std::move(q);
+  }
+  Request& at(uint32_t bit) { return requests_[bit]; }
+  /// Forgets `bit` (its request is left to be overwritten by the next put()).
+  void erase(uint32_t bit) {
+    if (!contains(bit)) return;
+    has_[bit] = 0;
+    --count_;
+  }
+  void clear() {
+    std::fill(has_.begin(), has_.end(), 0);
+    count_ = 0;
+  }
+  /// Calls f(bit, request) for every pending bit, in increasing order.
+  template <typename F>
+  void for_each(F&& f) {
+    for (uint32_t b = 0; b < has_.size() && count_ > 0; ++b) {
+      if (has_[b]) f(b, requests_[b]);
+    }
+  }
+
+ private:
+  std::vector<uint8_t> has_;
+  std::vector<Request> requests_;
+  size_t count_ = 0;
 };
 
 class Controller {
@@ -119,7 +160,7 @@ class Controller {
   ResponseCache cache_;
 
   // Every rank.
-  std::map<uint32_t, Request> pending_bits_;  // this rank's cache hits, by bit
+  PendingBits pending_bits_;  // this rank's cache hits, by bit
   std::set<uint32_t> invalid_bits_;           // to announce in the next cycle
   std::vector<Request> uncached_;             // to send in the next full cycle
   bool shutdown_requested_ = false;

@@ -1,4 +1,5 @@
 // Copyright horovod_cpp authors.
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -9,14 +10,31 @@ namespace hvd {
 namespace detail {
 
 void HandleState::complete(const Status& status) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   if (!status.ok() && status_.ok()) status_ = status;
   if (--remaining_ > 0) return;
   done_.store(true, std::memory_order_release);
+  if (sleepers_ == 0) return;  // the waiters still spinning see done_ without a wake-up
+  // Notified after unlocking: a waiter woken under the lock would only block on it again.
+  // The caller holds a reference, so the state outlives this call.
+  lk.unlock();
   cv_.notify_all();
 }
 
+namespace {
+std::atomic<int> g_threads_waiting{0};
+
+struct WaitingThread {  // counts this thread in g_threads_waiting while it lives
+  WaitingThread() { g_threads_waiting.fetch_add(1, std::memory_order_relaxed); }
+  ~WaitingThread() { g_threads_waiting.fetch_sub(1, std::memory_order_relaxed); }
+};
+}  // namespace
+
+int threads_waiting() { return g_threads_waiting.load(std::memory_order_relaxed); }
+
 bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
+  if (done()) return true;
+  WaitingThread counted;
   // A short spin first: small collectives finish within microseconds, and a futex sleep and
   // wake would cost more than the collective itself.
   const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
@@ -27,7 +45,10 @@ bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
   }
   if (done()) return true;
   std::unique_lock<std::mutex> lk(mu_);
-  return cv_.wait_until(lk, deadline, [this] { return done(); });
+  ++sleepers_;
+  const bool done_in_time = cv_.wait_until(lk, deadline, [this] { return done(); });
+  --sleepers_;
+  return done_in_time;
 }
 
 void HandleState::wait() { wait_until(std::chrono::steady_clock::time_point::max()); }

@@ -18,6 +18,11 @@
 namespace hvd {
 namespace detail {
 
+/// How many threads are inside a handle's wait right now (all handles of the process). The
+/// background threads read it to tell a burst of submissions (nobody waits yet: let it
+/// finish and take it in one cycle) from a caller blocked on a result (run at once).
+int threads_waiting();
+
 class HandleState {
  public:
   HandleState(std::string name, int parts) : name_(std::move(name)), remaining_(parts), parts_(parts) {}
@@ -57,6 +62,7 @@ class HandleState {
   std::mutex mu_;
   std::condition_variable cv_;
   int remaining_;
+  int sleepers_ = 0;  ///< threads waiting on cv_ (guarded by mu_): complete() wakes only those
   const int parts_;
   Status status_;
   std::vector<Tensor> results_;

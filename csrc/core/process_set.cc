@@ -1,6 +1,11 @@
 // Copyright horovod_cpp authors.
 #include "core/process_set.h"
 
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -99,29 +104,46 @@ std::string ProcessSetState::stop_reason() const {
 }
 
 Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
   const Request& first = entries.front().request;
   if (stopped_ || shutdown_requested_) {
     const std::string why = stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
     return Status::Shutdown(std::string(op_type_name(first.op)) + " '" + first.name +
                             "' rejected: " + why);
   }
-  for (const auto& e : entries) {
-    auto it = table_.find(e.request.name);
-    if (it != table_.end()) {
-      return Status::InvalidArgument(
-          std::string(op_type_name(e.request.op)) + " '" + e.request.name + "' on rank " +
-          std::to_string(global_ranks_[static_cast<size_t>(rank_)]) + ": a " +
-          op_type_name(it->second.request.op) +
-          " of the same name is still pending; wait for it before reusing the name");
+  const auto still_pending = [this](const Request& q, OpType pending_op) {
+    return Status::InvalidArgument(
+        std::string(op_type_name(q.op)) + " '" + q.name + "' on rank " +
+        std::to_string(global_ranks_[static_cast<size_t>(rank_)]) + ": a " +
+        op_type_name(pending_op) +
+        " of the same name is still pending; wait for it before reusing the name");
+  };
+  // The requests go to the background thread; the table keeps the rest (and request.op,
+  // which a moved-from request still holds, for messages).
+  if (entries.size() == 1) {  // the common case: one hash lookup
+    TensorEntry& e = entries.front();
+    auto [it, inserted] = table_.try_emplace(e.request.name);
+    if (!inserted) return still_pending(e.request, it->second.request.op);
+    new_requests_.push_back(std::move(e.request));
+    it->second = std::move(e);
+  } else {
+    for (const auto& e : entries) {
+      auto it = table_.find(e.request.name);
+      if (it != table_.end()) return still_pending(e.request, it->second.request.op);
+    }
+    for (auto& e : entries) {
+      std::string name = e.request.name;
+      new_requests_.push_back(std::move(e.request));
+      table_.emplace(std::move(name), std::move(e));
     }
   }
-  for (auto& e : entries) {
-    new_requests_.push_back(e.request);
-    std::string name = e.request.name;
-    table_.emplace(std::move(name), std::move(e));
+  enqueued_.fetch_add(1, std::memory_order_relaxed);
+  has_new_.store(true, std::memory_order_release);
+  if (sleeping_) {
+    // Notified after unlocking: a thread woken under the lock would only block on it again.
+    lk.unlock();
+    cv_.notify_one();
   }
-  cv_.notify_one();
   return Status::OK();
 }
 
@@ -129,17 +151,58 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
                                    std::vector<TensorEntry>* entries, std::vector<bool>* present) {
   entries->resize(responses.size());
   present->assign(responses.size(), false);
-  std::lock_guard<std::mutex> lk(mu_);
+  // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
+  // are moved out and the nodes freed after it.
+  std::vector<decltype(table_)::node_type> nodes(responses.size());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (size_t i = 0; i < responses.size(); ++i) {
+      auto it = table_.find(responses[i].name);
+      if (it != table_.end()) nodes[i] = table_.extract(it);
+    }
+  }
   for (size_t i = 0; i < responses.size(); ++i) {
-    auto it = table_.find(responses[i].name);
-    if (it == table_.end()) continue;
-    (*entries)[i] = std::move(it->second);
+    if (nodes[i].empty()) continue;
+    (*entries)[i] = std::move(nodes[i].mapped());
     (*present)[i] = true;
-    table_.erase(it);
+  }
+}
+
+// Called with new requests queued: while a user thread is still submitting tensors one call
+// at a time (and nobody waits on a handle yet), let it finish, so that the burst is
+// negotiated in one cycle. Cycling during the burst would cost a negotiation per few tensors
+// and make the submitting thread contend with this one for the table.
+void ProcessSetState::settle() const {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto last_change = start;
+  uint64_t seen = enqueued_.load(std::memory_order_relaxed);
+  while (detail::threads_waiting() == 0) {
+    const auto now = clock::now();
+    const uint64_t n = enqueued_.load(std::memory_order_relaxed);
+    if (n != seen) {
+      seen = n;
+      last_change = now;
+    } else if (now - last_change >= kSettle) {
+      return;
+    }
+    if (now - start >= kSettleMax) return;
+    if (now - start < kSettleSpin) {
+      std::this_thread::yield();
+    } else {
+      // Sleep, not spin: the submitting thread (and, with several ranks per core, the other
+      // ranks) need the CPU more than this thread does.
+      timespec ts{0, static_cast<long>(std::chrono::nanoseconds(kSettle).count())};
+      nanosleep(&ts, nullptr);
+    }
   }
 }
 
 void ProcessSetState::loop() {
+#ifdef __linux__
+  // Short sleeps (settle()) should last about what they ask, not the default 50 us slack.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
   // The idle heartbeat starts at HOROVOD_CYCLE_TIME and doubles while nothing happens, up to
   // 32 times that: an idle job costs almost no CPU, and work still wakes the thread at once.
   auto base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
@@ -151,17 +214,39 @@ void ProcessSetState::loop() {
     std::vector<Request> incoming;
     bool shutdown;
     bool traced = false;
+    if (has_new_.load(std::memory_order_acquire)) settle();
     {
       std::unique_lock<std::mutex> lk(mu_);
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
       // timeout is the heartbeat that lets other ranks' cycles complete.
+      const auto has_work = [this] { return !new_requests_.empty() || shutdown_requested_; };
       if (new_requests_.empty() && table_.empty() && !shutdown_requested_) {
-        const bool woken =
-            cv_.wait_for(lk, idle, [this] { return !new_requests_.empty() || shutdown_requested_; });
+        // Poll first, without the lock: the next submission usually comes within
+        // microseconds, and waking a sleeping thread costs more than the collective itself.
+        lk.unlock();
+        const auto spin_end = std::chrono::steady_clock::now() + kIdleSpin;
+        while (!has_new_.load(std::memory_order_acquire) &&
+               std::chrono::steady_clock::now() < spin_end) {
+          std::this_thread::yield();  // two ranks may share a core: let the other one run
+        }
+        if (has_new_.load(std::memory_order_acquire)) settle();
+        lk.lock();
+        bool woken = has_work();
+        if (!woken) {
+          sleeping_ = true;
+          woken = cv_.wait_for(lk, idle, has_work);
+          sleeping_ = false;
+          if (woken && !shutdown_requested_) {
+            lk.unlock();
+            settle();
+            lk.lock();
+          }
+        }
         idle = woken ? base_idle : std::min(idle * 2, base_idle * 32);
       } else {
         idle = base_idle;
       }
+      has_new_.store(false, std::memory_order_relaxed);
       incoming.swap(new_requests_);
       shutdown = shutdown_requested_;
       traced = timeline_ && timeline_->enabled();  // after the wait: it may have just started
@@ -247,6 +332,7 @@ void ProcessSetState::stop(const Status& why) {
 void ProcessSetState::request_shutdown() {
   std::lock_guard<std::mutex> lk(mu_);
   shutdown_requested_ = true;
+  has_new_.store(true, std::memory_order_release);
   cv_.notify_one();
 }
 

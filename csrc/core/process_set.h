@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,7 @@ class ProcessSetState {
 
  private:
   void loop();
+  void settle() const;
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages
   void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry>* entries,
@@ -90,6 +92,18 @@ class ProcessSetState {
   std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
+  bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)
+  // Set with new_requests_ (under mu_), read without it by the idle thread's poll.
+  std::atomic<bool> has_new_{false};
+  std::atomic<uint64_t> enqueued_{0};  // submissions so far (the settle wait watches it)
+  /// How long an idle background thread polls for new work before it sleeps on cv_.
+  static constexpr std::chrono::microseconds kIdleSpin{50};
+  /// A burst of submissions is over when none came for kSettle (or a thread waits on a
+  /// handle); the background thread waits at most kSettleMax for that before its cycle.
+  /// It polls for the first kSettleSpin, then naps kSettle at a time.
+  static constexpr std::chrono::microseconds kSettle{5};
+  static constexpr std::chrono::microseconds kSettleSpin{2};
+  static constexpr std::chrono::microseconds kSettleMax{100};
   Status stop_status_;                                  // guarded by mu_
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> noname_counter_[kMaxOpType + 1] = {};

@@ -12,6 +12,8 @@ namespace hvd {
 /// Owned by the runtime's table from submission until the background thread executes its
 /// response; the user keeps the memory behind `input` and `output` alive until then.
 struct TensorEntry {
+  /// Built by the API; enqueue() moves it to the background thread, after which only
+  /// `request.op` is still valid in the table (the table's key is the name).
   Request request;
   TensorView input;
   TensorView output;  ///< == input for in-place operations; unused by allgather

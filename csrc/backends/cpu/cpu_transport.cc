@@ -30,8 +30,12 @@ CpuTransport::CpuTransport(std::unique_ptr<DataPlane> plane, SetLayout layout)
 
 void CpuTransport::run(Batch b) {
   BatchOutcome out;
-  out.results.resize(b.tensors.size());
   const Response& r0 = b.first();
+  // Only the collectives that allocate a result need one slot per tensor (never fused).
+  if (r0.op == OpType::kAllgather || r0.op == OpType::kAlltoall ||
+      r0.op == OpType::kReducescatter) {
+    out.results.resize(b.tensors.size());
+  }
   const int64_t t0 = b.phase ? now_micros() : 0;
   out.status = run_batch(b, &out.results);
   if (b.phase && !b.fused()) {

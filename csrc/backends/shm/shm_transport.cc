@@ -28,8 +28,7 @@ class ShmTransport : public Transport {
   }
   void run(Batch b) override {
     const int64_t t0 = b.phase ? now_micros() : 0;
-    BatchOutcome out;
-    out.results.resize(b.tensors.size());
+    BatchOutcome out;  // an allreduce allocates no results: out.results stays empty
     out.status = allreduce(b);
     if (b.phase) {
       const int64_t t1 = now_micros();
