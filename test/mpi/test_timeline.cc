@@ -103,6 +103,9 @@ TEST_CASE("timeline: start_timeline / stop_timeline at run time", "[timeline]") 
   float x = 1.0f;
   hvd::allreduce("tl.rt", hvd::TensorView(&x, DataType::kFloat32, {1}));
   hvd::stop_timeline();
+  // Rank 0 records the other ranks' requests as they arrive: no rank may submit the next
+  // tensor before rank 0 has stopped its timeline.
+  MPI_Barrier(MPI_COMM_WORLD);
   float y = 1.0f;
   hvd::allreduce("tl.after_stop", hvd::TensorView(&y, DataType::kFloat32, {1}));
   if (hvd::rank() == 0) {
