@@ -13,26 +13,29 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 BUILD_DIR=${BUILD_DIR:-build}
 BUILD_DIR=$BUILD_DIR bash scripts/build.sh
 status=0
+FAILED_STEPS=()
+# fail NAME: marks the run failed and remembers which step, for the summary.
+fail() { status=1; FAILED_STEPS+=("$1"); }
 SUMMARY=$(mktemp /tmp/hvd_run_tests_summary.XXXXXX)
 ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 900 2>&1 | tee "$SUMMARY.ctest" \
-  || status=1
+  || fail "ctest"
 
 if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh ]; then
   VENV=$(realpath -m "${VENV:-.venv}")
   if [ ! -x "$VENV/bin/python" ]; then
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
   fi
-  "$VENV/bin/python" -m pip install -q . || status=1
+  "$VENV/bin/python" -m pip install -q . || fail "pip install (.venv)"
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh 2>&1 | tee "$SUMMARY.pytest" \
-    || status=1
+    || fail "pytest"
   # The launcher (hvdrun starts mpirun itself, so these run outside mpirun).
-  HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || status=1
+  HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || fail "pytest test/runner"
   # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh; rc=$?
-  [ "$rc" = 0 ] || [ "$rc" = 77 ] || status=1
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost (exit $rc)"
   # Fault injection through horovod_cpp.torch (the C++ twin runs in CTest).
   for np_ in 2 3; do
-    bash test/fault/run_faults.sh python "$VENV/bin/python" "$np_" || status=1
+    bash test/fault/run_faults.sh python "$VENV/bin/python" "$np_" || fail "python faults np=$np_"
   done
 fi
 
@@ -40,9 +43,9 @@ fi
 # with the TensorFlow op library, in a build folder of its own.
 TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
 if [ -x "$TF_VENV/bin/python" ]; then
-  "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || status=1
+  "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || fail "pip install (TensorFlow venv)"
   PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow 2>&1 \
-    | tee "$SUMMARY.pytest-tf" || status=1
+    | tee "$SUMMARY.pytest-tf" || fail "pytest (TensorFlow venv)"
   # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10).
   for ex in keras_digits custom_loop_digits tf1_linear_regression; do
     echo "=== examples/tensorflow/$ex.py under mpirun -np 2 ==="
@@ -52,20 +55,20 @@ if [ -x "$TF_VENV/bin/python" ]; then
       -x TF_CPP_MIN_LOG_LEVEL=2 "$TF_VENV/bin/python" "examples/tensorflow/$ex.py" \
       > "$log" 2>&1 || rc=$?
     grep -E "held-out|^w = " "$log" || true
-    if [ "$rc" -ne 0 ]; then echo "FAILED: examples/tensorflow/$ex.py"; tail -n 30 "$log"; status=1; fi
+    if [ "$rc" -ne 0 ]; then echo "FAILED: examples/tensorflow/$ex.py"; tail -n 30 "$log"; fail "examples/tensorflow/$ex.py"; fi
   done
 else
   echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"
 fi
 
 if [ "${SOAK:-1}" != 0 ]; then
-  python3 scripts/soak.py --short --build-dir "$BUILD_DIR" || status=1
+  python3 scripts/soak.py --short --build-dir "$BUILD_DIR" || fail "soak"
 fi
 if [ "${FUZZ:-1}" != 0 ]; then
-  bash scripts/run_fuzzers.sh || status=1
+  bash scripts/run_fuzzers.sh || fail "fuzzers"
 fi
 if [ "${SANITIZERS:-1}" != 0 ]; then
-  bash scripts/run_sanitizers.sh || status=1
+  bash scripts/run_sanitizers.sh || fail "sanitizers"
 fi
 
 # The main build's CTest and the Python suites' closing lines once more, last (the hardening
@@ -75,5 +78,10 @@ grep -h -E '^pytest: ' "$SUMMARY.pytest-tf" 2>/dev/null | sed 's/^pytest:/pytest
 grep -h -E '^pytest: ' "$SUMMARY.pytest" 2>/dev/null || true
 grep -h -E 'tests passed, .* tests failed out of' "$SUMMARY.ctest" || true
 rm -f "$SUMMARY" "$SUMMARY".*
-[ "$status" = 0 ] && echo "run_tests: all passed" || echo "run_tests: FAILED (see above)"
+if [ "$status" = 0 ]; then
+  echo "run_tests: all passed"
+else
+  for step in "${FAILED_STEPS[@]}"; do echo "run_tests: step failed: $step"; done
+  echo "run_tests: FAILED (see above)"
+fi
 exit $status
