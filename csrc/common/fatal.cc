@@ -68,8 +68,8 @@ void report_fatal(const std::string& reason) {
     grace_seconds = s.grace_seconds;
   }
   HVD_LOG(kError) << "fatal: " << reason << " -- the job ends at exit"
-                  << (grace_seconds > 0 ? " or in " + std::to_string(grace_seconds) +
-                                              " s (HOROVOD_CPP_ABORT_GRACE_SECONDS)"
+                  << (grace_seconds > 0 ? " or in " + seconds_str(grace_seconds) +
+                                              " (HOROVOD_CPP_ABORT_GRACE_SECONDS)"
                                         : std::string())
                   << " unless every rank calls hvd::init() again first";
   if (grace_seconds <= 0) return;
@@ -84,7 +84,7 @@ void report_fatal(const std::string& reason) {
     const std::string reason = st.reason;
     lk.unlock();
     end_job(reason,
-            ("after " + std::to_string(grace_seconds) + " s (HOROVOD_CPP_ABORT_GRACE_SECONDS)")
+            ("after " + seconds_str(grace_seconds) + " (HOROVOD_CPP_ABORT_GRACE_SECONDS)")
                 .c_str());
   }).detach();
 }

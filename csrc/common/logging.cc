@@ -48,6 +48,12 @@ void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void set_log_rank(int rank) { g_rank = rank; }
 
+std::string seconds_str(double seconds) {
+  std::ostringstream os;
+  os << seconds << " s";  // default precision: 6 significant digits, no trailing zeros
+  return os.str();
+}
+
 namespace detail {
 LogLine::LogLine(LogLevel level, const char* file, int line) : level_(level) {
   static const std::string host = [] {

@@ -20,6 +20,9 @@ LogLevel log_level();
 /// The rank printed in every line from now on (-1 before init).
 void set_log_rank(int rank);
 
+/// A duration for messages, as short as it is exact: 5 -> "5 s", 0.25 -> "0.25 s".
+std::string seconds_str(double seconds);
+
 namespace detail {
 class LogLine {
  public:

@@ -302,8 +302,8 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
       out.shutdown = true;
       out.fatal = true;  // a rank is stuck: it will not reach a clean shutdown
       out.shutdown_reason = "horovod_cpp shut down after a stall of more than " +
-                            std::to_string(options_.stall_shutdown_seconds) +
-                            " s (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): " + report;
+                            seconds_str(options_.stall_shutdown_seconds) +
+                            " (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS): " + report;
     }
   }
   if (!shutdown_ranks.empty() && !out.shutdown) {

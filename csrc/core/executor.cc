@@ -2,7 +2,10 @@
 #include "core/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <new>
+#include <stdexcept>
 
 #include "common/logging.h"
 #include "core/timeline.h"
@@ -33,7 +36,30 @@ struct Completion {
   }
 };
 
+// The batch's completion, shared between the callback the transport owns and the executor,
+// which must still complete the handles when the transport throws instead of reporting.
+// Whoever comes first completes them, exactly once.
+struct SharedCompletion {
+  Completion completion;
+  std::atomic<bool> called{false};
+  void operator()(BatchOutcome out) {
+    if (!called.exchange(true, std::memory_order_acq_rel)) completion(std::move(out));
+  }
+};
+
 }  // namespace
+
+std::string describe_current_exception() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return "out of memory (std::bad_alloc)";
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
 
 void Executor::execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined) {
   if (responses.empty()) return;
@@ -105,8 +131,23 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
             {}});
       continue;
     }
-    b.done = std::move(done);
-    t->run(std::move(b));
+    auto shared = std::make_shared<SharedCompletion>();
+    shared->completion = std::move(done);
+    b.done = [shared](BatchOutcome out) { (*shared)(std::move(out)); };
+    try {
+      t->run(std::move(b));
+    } catch (...) {
+      // A transport that throws (out of memory for a result, a bug) leaves the other ranks
+      // inside or before this collective: the handles fail here, naming what and where, and
+      // the exception ends this set's thread (ProcessSetState reports it as fatal).
+      const size_t more = fb.members.size() - 1;
+      const std::string what = std::string(op_type_name(r0.op)) + " '" + r0.name + "'" +
+                               (more ? " (fused with " + std::to_string(more) + " more)" : "") +
+                               " failed in transport '" + t->name() + "': " +
+                               describe_current_exception();
+      (*shared)({Status::Backend(what + "; this process set stops"), {}});
+      throw std::runtime_error(what);
+    }
   }
 }
 

@@ -14,6 +14,10 @@ namespace hvd {
 
 class Timeline;
 
+/// Inside a catch block: what the exception in flight says ("out of memory (std::bad_alloc)",
+/// "exception: <what()>"), for error messages.
+std::string describe_current_exception();
+
 /// Background thread of one process set only. Plans the fusion of a cycle's responses, turns
 /// each batch into a Batch for the first transport of the registry that accepts it, and
 /// completes the entries' handles from the outcome the transport reports (now, or later from
@@ -38,6 +42,9 @@ class Executor {
   /// Executes `responses` in order, fusing allreduces per the fusion plan, and completes each
   /// entry's handle. `joined`: this rank called join(), so allreduces it did not submit run
   /// with zeros, and failures of tensors it did not submit are not its to report.
+  /// When a transport throws, the batch's handles fail with a message naming the collective,
+  /// the tensor, the transport and the exception, and a std::runtime_error saying the same
+  /// leaves execute() (the batches after it are not run: the set must stop).
   void execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined);
 
  private:

@@ -77,7 +77,26 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
       if (tl->enabled()) tl->instant(name, "rank " + std::to_string(r) + " ready", now_us());
     });
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] { run_thread(); });
+}
+
+void ProcessSetState::run_thread() {
+  try {
+    loop();
+  } catch (...) {
+    // Out of memory in a buffer, a transport's exception: without this, std::terminate would
+    // end the process with a message that names neither the set nor the work. The other
+    // members may be waiting in a collective this rank left, so it is fatal (the job ends
+    // after the grace, common/fatal.h); this rank's pending work fails now.
+    const std::string what = describe_current_exception();
+    const std::string where = "process set " + std::to_string(id_) + " (global ranks " +
+                              ranks_str() + "): the background thread of global rank " +
+                              std::to_string(global_ranks_[static_cast<size_t>(rank_)]) +
+                              " failed: " + what;
+    HVD_LOG(kError) << where;
+    report_fatal(where);
+    stop(Status::Backend("horovod_cpp stopped: " + where));
+  }
 }
 
 ProcessSetState::~ProcessSetState() {

@@ -70,6 +70,7 @@ class ProcessSetState {
 
  private:
   void loop();
+  void run_thread();  ///< the thread's body: loop(), and a fatal stop if anything throws
   void settle() const;
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages

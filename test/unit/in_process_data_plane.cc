@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "backends/cpu/cpu_ops.h"
@@ -24,6 +25,7 @@ void copy_out(const std::string& s, void* out) {
 
 Status InProcessDataPlane::allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
   if (++allreduces_ == fail_at_) return Status::Backend(fail_why_);
+  if (allreduces_ == throw_at_) throw std::bad_alloc();
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   std::string out;
   HVD_RETURN_IF_ERROR(hub_->exchange(

@@ -43,12 +43,16 @@ class InProcessDataPlane : public DataPlane {
     fail_at_ = n;
     fail_why_ = std::move(why);
   }
+  /// Makes the `n`-th allreduce (counted from 1; 0: never) throw std::bad_alloc on this rank,
+  /// as an allocation in a transport would.
+  void throw_bad_alloc_at(uint64_t n) { throw_at_ = n; }
 
  private:
   InProcessHub* hub_;
   int rank_;
   uint64_t allreduces_ = 0;
   uint64_t fail_at_ = 0;
+  uint64_t throw_at_ = 0;
   std::string fail_why_;
 };
 

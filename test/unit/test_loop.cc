@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -323,6 +324,45 @@ TEST_CASE("loop: a transport failure reaches every rank's handle; the next call 
   });
   INFO(err);
   CHECK(err.empty());
+}
+
+TEST_CASE("loop: a transport that throws fails the batch's handles by name and stops the set", "[loop]") {
+  const int n = 2;
+  InProcessSets sets(n, test_config());
+  for (int r = 0; r < n; ++r) sets.data(r).throw_bad_alloc_at(1);
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<float> b(4, 1.0f);
+    Status s = finish(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "huge", b.data(),
+                                                   DataType::kFloat32, {4}, nullptr)));
+    const std::string want = "allreduce 'huge' failed in transport 'inproc': out of memory "
+                             "(std::bad_alloc); this process set stops";
+    if (s.ok() || s.message() != want) {
+      throw std::runtime_error("rank " + std::to_string(rank) + " got '" + s.message() +
+                               "', want '" + want + "'");
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+  // Each rank's thread stopped, reported a fatal condition naming the set, the rank and the
+  // exception, and refuses new work with the reason.
+  for (int r = 0; r < n; ++r) {
+    const auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (sets.set(r).running() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK_FALSE(sets.set(r).running());
+    CHECK_THAT(sets.set(r).stop_reason(), Catch::Contains("allreduce 'huge'") &&
+                                              Catch::Contains("std::bad_alloc"));
+  }
+  CHECK_THAT(pending_fatal(), Catch::Contains("background thread of global rank") &&
+                                  Catch::Contains("allreduce 'huge'"));
+  std::vector<float> c(4, 1.0f);
+  std::vector<TensorEntry> v;
+  v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
+                    std::make_shared<detail::HandleState>("later", 1)));
+  CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
+  sets.shutdown();
+  clear_fatal();  // this simulated job is over; the rest of the process runs on
 }
 
 TEST_CASE("loop: a stalled tensor shuts the set down and its handle says why", "[loop]") {
