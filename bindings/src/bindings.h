@@ -36,7 +36,7 @@ void register_handle_table(py::module_& m);
 hvd::TensorView view_of(py::handle obj, bool writable, const char* role);
 
 /// The per-call fast path of horovod_cpp.torch: a view of the CPU torch tensor `t` read with
-/// five interned attribute lookups and a cached dtype table. Returns false, viewing nothing,
+/// six interned attribute lookups and a cached dtype table. Returns false, viewing nothing,
 /// when `t` is a dense CPU tensor that is not contiguous (the caller copies it first). Any
 /// other case (another device, sparse, unsupported dtype) goes through view_of() and raises
 /// its errors, naming `role`.
