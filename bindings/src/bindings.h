@@ -25,6 +25,7 @@ void register_init_topology(py::module_& m);
 void register_handles(py::module_& m);
 void register_collectives(py::module_& m);
 void register_process_sets(py::module_& m);
+void register_handle_table(py::module_& m);
 
 // ---- tensors.cc --------------------------------------------------------------------------
 /// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous CPU torch tensor
@@ -33,6 +34,13 @@ void register_process_sets(py::module_& m);
 /// Throws ValueError (InvalidArgumentError) for a non-contiguous, read-only (when `writable`)
 /// or unsupported-dtype buffer, TypeError for an object that is neither.
 hvd::TensorView view_of(py::handle obj, bool writable, const char* role);
+
+/// The per-call fast path of horovod_cpp.torch: a view of the CPU torch tensor `t` read with
+/// six interned attribute lookups and a cached dtype table. Returns false, viewing nothing,
+/// when `t` is a dense CPU tensor that is not contiguous (the caller copies it first). Any
+/// other case (another device, sparse, unsupported dtype) goes through view_of() and raises
+/// its errors, naming `role`.
+bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v);
 
 /// A numpy array sharing the storage of `t` (kept alive by the array). bfloat16, which numpy
 /// lacks, comes back as int16 holding the raw bits.
@@ -83,5 +91,11 @@ class PyHandle {
   py::object output_;
   ResultKind kind_;
 };
+
+// ---- handle_table.cc ----------------------------------------------------------------------
+/// Stores an operation submitted by the fast path in the table of integer handles of
+/// horovod_cpp.torch and returns its id: `keep` stays alive until it completes, `result` is
+/// what synchronize() returns.
+long long add_fast_handle(hvd::Handle handle, py::object keep, py::object result);
 
 }  // namespace hvdpy

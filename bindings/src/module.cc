@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   hvdpy::register_handles(m);
   hvdpy::register_collectives(m);
   hvdpy::register_process_sets(m);
+  hvdpy::register_handle_table(m);
 }

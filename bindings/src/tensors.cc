@@ -95,6 +95,63 @@ hvd::TensorView torch_view(py::handle t, const char* role) {
   return v;
 }
 
+// ---- the per-call fast path of horovod_cpp.torch ------------------------------------------
+/// Attribute names read on every call, interned once.
+struct TorchNames {
+  PyObject* is_cpu = PyUnicode_InternFromString("is_cpu");
+  PyObject* is_sparse = PyUnicode_InternFromString("is_sparse");
+  PyObject* is_contiguous = PyUnicode_InternFromString("is_contiguous");
+  PyObject* dtype = PyUnicode_InternFromString("dtype");
+  PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+  PyObject* shape = PyUnicode_InternFromString("shape");
+};
+
+const TorchNames& torch_names() {
+  static const TorchNames* names = new TorchNames();  // never freed: outlives the interpreter
+  return *names;
+}
+
+py::object steal_or_throw(PyObject* o) {
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
+py::object attr_of(py::handle obj, PyObject* name) {
+  return steal_or_throw(PyObject_GetAttr(obj.ptr(), name));
+}
+
+py::object call_method0(py::handle obj, PyObject* name) {
+  return steal_or_throw(PyObject_CallMethodObjArgs(obj.ptr(), name, nullptr));
+}
+
+/// torch.dtype object -> DataType. torch's dtype objects are singletons, so a handful of
+/// pointers (each kept referenced) answer every call; a miss goes through torch_dtype() and
+/// its error message.
+hvd::DataType cached_torch_dtype(py::handle dtype, const char* role) {
+  static auto* cache = new std::vector<std::pair<PyObject*, hvd::DataType>>();
+  for (const auto& entry : *cache) {
+    if (entry.first == dtype.ptr()) return entry.second;
+  }
+  const hvd::DataType dt = torch_dtype(py::str(dtype).cast<std::string>(), role);
+  cache->emplace_back(dtype.inc_ref().ptr(), dt);
+  return dt;
+}
+
+/// shape of a torch tensor (a torch.Size, i.e. a tuple of ints) into `out`.
+void read_shape(py::handle shape, std::vector<int64_t>* out) {
+  if (!PyTuple_Check(shape.ptr())) {
+    for (py::handle d : shape) out->push_back(d.cast<int64_t>());
+    return;
+  }
+  const Py_ssize_t n = PyTuple_GET_SIZE(shape.ptr());
+  out->reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    if (d == -1 && PyErr_Occurred()) throw py::error_already_set();
+    out->push_back(static_cast<int64_t>(d));
+  }
+}
+
 const char* numpy_format(hvd::DataType dt) {
   switch (dt) {
     case hvd::DataType::kUInt8: return "uint8";
@@ -123,6 +180,23 @@ hvd::TensorView view_of(py::handle obj, bool writable, const char* role) {
   }
   throw py::type_error(std::string(role) + ": expected a numpy.ndarray or a torch.Tensor, got " +
                        std::string(Py_TYPE(obj.ptr())->tp_name));
+}
+
+bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v) {
+  const TorchNames& n = torch_names();
+  if (attr_of(t, n.is_cpu).ptr() != Py_True || attr_of(t, n.is_sparse).ptr() != Py_False) {
+    *v = view_of(t, true, role);  // another device, or sparse: the general path and its errors
+    return true;
+  }
+  if (call_method0(t, n.is_contiguous).ptr() != Py_True) return false;
+  v->dtype = cached_torch_dtype(attr_of(t, n.dtype), role);
+  py::object ptr = call_method0(t, n.data_ptr);
+  v->data = PyLong_AsVoidPtr(ptr.ptr());
+  if (v->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  v->shape.clear();
+  read_shape(attr_of(t, n.shape), &v->shape);
+  v->device = hvd::Device::cpu();
+  return true;
 }
 
 py::array to_numpy(const hvd::Tensor& t) {

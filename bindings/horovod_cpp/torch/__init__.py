@@ -19,6 +19,7 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
                       grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
                       grouped_reducescatter_async, join, poll, reducescatter,
-                      reducescatter_async, sparse_allreduce_async, synchronize)
+                      reducescatter_async, sparse_allreduce_async, synchronize,
+                      synchronize_all)
 from .optimizer import DistributedOptimizer
 from .semisync import StepGuard

@@ -2,37 +2,38 @@
 
 Tensors are handed to the library without copying (their data_ptr()); handles are integers,
 as in Horovod: poll(handle) never blocks, synchronize(handle) waits with the GIL released and
-returns the output tensor.
+returns the output tensor. The handles live in a table of the native module: an allreduce of
+a contiguous tensor is submitted by one native call (_C.torch_allreduce_async) that reads the
+tensor and stores the operation there; the other collectives register a Handle object and the
+function that turns it into their output.
 """
 
-import itertools
 import warnings
 
 import numpy as np
 import torch
 
 from .. import _C
-from .._basics import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum, _name,
-                       _op_value, _reducescatter_op, _set_id, _set_rank, _set_size,
-                       global_process_set, rank,
-                       size)
+from .._basics import (_OPS, Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
+                       _name, _op_value, _reducescatter_op, _set_id, _set_rank, _set_size,
+                       global_process_set, rank, size)
 from .compression import Compression
 
-# handle id -> (native handle, finish(native handle) -> output)
-_handle_map = {}
-_handle_ids = itertools.count(1)
+# The valid reduction ops and their integer values (Adasum and unknown ops are not here, so
+# that _op_value raises its errors for them).
+_OP_VALUES = {op: int(op) for op in _OPS}
 
-
-def _register(native, finish):
-    hid = next(_handle_ids)
-    _handle_map[hid] = (native, finish)
-    return hid
+_register = _C.torch_handle_register  # (native Handle, finish(native) -> output) -> handle
+_synchronize = _C.torch_handle_synchronize
+_synchronize_all = _C.torch_handle_synchronize_all
+_poll = _C.torch_handle_poll
+_torch_allreduce_async = _C.torch_allreduce_async
 
 
 def _check_tensor(tensor, what="tensor"):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         raise NotImplementedError(f"horovod_cpp.torch: {what} is on device '{tensor.device}'; "
                                   "only CPU tensors are supported from Python")
 
@@ -71,35 +72,46 @@ def _in_place_target(tensor):
 
 def poll(handle):
     """True once the asynchronous operation of `handle` has completed; never blocks."""
-    if handle not in _handle_map:
+    done = _poll(handle)
+    if done is None:
         raise ValueError(f"poll(): unknown handle {handle!r}")
-    return _handle_map[handle][0].poll()
+    return done
 
 
 def synchronize(handle):
     """Waits for `handle` and returns the output tensor. Raises HorovodInternalError (a
     RuntimeError) when the collective failed across ranks. Unknown handles return None."""
-    if handle not in _handle_map:
-        return None
-    native, finish = _handle_map.pop(handle)
-    native.wait()
-    return finish(native)
+    return _synchronize(handle)
+
+
+def synchronize_all(handles):
+    """Waits for every handle of `handles` (releasing the GIL once, not once per handle) and
+    returns their outputs in order, as synchronize() would one by one; unknown handles give
+    None. Every handle is consumed, also when some failed: then the first failure, in the
+    order given, is raised once all have completed."""
+    return _synchronize_all(handles)
 
 
 # ---- allreduce ---------------------------------------------------------------------------
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
     _check_tensor(tensor)
-    sid = _set_id(process_set)
-    opv = _op_value(op)
+    sid = 0 if process_set is global_process_set else _set_id(process_set)
+    opv = _OP_VALUES.get(op)
+    if opv is None:
+        opv = _op_value(op)  # raises for Adasum and unknown ops
+    name = "" if name is None else str(name)
+    pre, post = float(prescale_factor), float(postscale_factor)
     if output is None:  # in place
-        buf, done = _in_place_target(tensor)
-        native = _C.allreduce_async(buf, None, _name(name), opv, float(prescale_factor),
-                                    float(postscale_factor), sid)
+        handle = _torch_allreduce_async(tensor, None, name, opv, pre, post, sid)
+        if handle:
+            return handle
+        buf, done = _in_place_target(tensor)  # not contiguous: reduced in a copy, copied back
+        native = _C.allreduce_async(buf, None, name, opv, pre, post, sid)
         return _register(native, lambda h: done())
-    inp = _contiguous_input(tensor)
-    native = _C.allreduce_async(inp, output, _name(name), opv, float(prescale_factor),
-                                float(postscale_factor), sid)
-    return _register(native, lambda h: output)
+    handle = _torch_allreduce_async(tensor, output, name, opv, pre, post, sid)
+    if handle:
+        return handle
+    return _torch_allreduce_async(_contiguous_input(tensor), output, name, opv, pre, post, sid)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

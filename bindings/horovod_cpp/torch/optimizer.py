@@ -15,7 +15,7 @@ from .._basics import Adasum, Average, _set_id, global_process_set, size
 from .compression import Compression
 from .semisync import checked_names as _checked_names, make_semisync_optimizer
 from .mpi_ops import (allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async,
-                      synchronize as _synchronize_handle)
+                      synchronize, synchronize_all)
 
 
 def _split_evenly(items, n):
@@ -192,6 +192,14 @@ class _DistributedOptimizer:
             self._handles[p] = ((shared, i), ctx)
         self._group_ready[group] = set()
 
+    def _wait_plain_handles(self):
+        """param -> output of its own allreduce, for every gradient reduced on its own (not
+        in a group, not sparse): all waited for at once, the GIL released once."""
+        params = [p for p, (handle, ctx) in self._handles.items()
+                  if not isinstance(handle, tuple) and ctx != "sparse"]
+        outputs = synchronize_all([self._handles[p][0] for p in params])
+        return dict(zip(params, outputs))
+
     # ---- public API ------------------------------------------------------------------------
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet) and writes
@@ -212,6 +220,7 @@ class _DistributedOptimizer:
                         p not in self._handles or self._handles[p][0] is None for p in group):
                     self._start_group(group)
 
+        outputs = self._wait_plain_handles()
         for p, (handle, ctx) in self._handles.items():
             if isinstance(handle, tuple):  # member of a group
                 output = handle[0].outputs()[handle[1]]
@@ -220,7 +229,7 @@ class _DistributedOptimizer:
                 self._allreduce_delay[p] = self.backward_passes_per_step
                 continue
             else:
-                output = _synchronize_handle(handle)
+                output = outputs[p]
             self._allreduce_delay[p] = self.backward_passes_per_step
             result = self._compression.decompress(output, ctx)
             if result is not p.grad:
@@ -298,7 +307,7 @@ class _GroupHandle:
 
     def outputs(self):
         if self._outputs is None:
-            self._outputs = _synchronize_handle(self._handle)
+            self._outputs = synchronize(self._handle)
         return self._outputs
 
 
