@@ -1,7 +1,7 @@
 // Copyright horovod_cpp authors. Semi-synchronous modes of hvd::torch::DistributedOptimizer:
 // bounded staleness (apply the averaged gradients of s steps earlier) and local SGD (average
-// the parameters every k steps). Same algorithm as csrc/training/semisync.cc, on LibTorch
-// tensors.
+// the parameters every k steps), on LibTorch tensors; the schedule is shared with
+// hvd::DistributedOptimizer (csrc/training/semisync_schedule.cc).
 #include "semisync.h"
 
 #include <stdexcept>
@@ -12,46 +12,16 @@ namespace detail {
 
 TorchSemiSync::TorchSemiSync(::torch::optim::Optimizer& optimizer,
                              std::vector<std::pair<std::string, at::Tensor>> params, const DistributedOptions& opts)
-    : optimizer_(optimizer), params_(std::move(params)), opts_(opts) {
-  const std::string who = "hvd::torch::DistributedOptimizer: ";
-  if (opts_.staleness < 0) throw InvalidArgumentError(who + "staleness must be >= 0, got " + std::to_string(opts_.staleness));
-  if (opts_.local_sgd_period < 0) {
-    throw InvalidArgumentError(who + "local_sgd_period must be >= 0, got " + std::to_string(opts_.local_sgd_period));
-  }
-  if (opts_.local_sgd_warmup_steps < 0) {
-    throw InvalidArgumentError(who + "local_sgd_warmup_steps must be >= 0, got " +
-                               std::to_string(opts_.local_sgd_warmup_steps));
-  }
-  if (opts_.staleness > 0 && opts_.local_sgd_period > 0) {
-    throw InvalidArgumentError(who + "staleness (" + std::to_string(opts_.staleness) + ") and local_sgd_period (" +
-                               std::to_string(opts_.local_sgd_period) +
-                               ") cannot both be set; choose one semi-synchronous mode");
-  }
-}
+    : SemiSyncSchedule(opts, "hvd::torch::DistributedOptimizer: "),
+      optimizer_(optimizer),
+      params_(std::move(params)) {}
 
 TorchSemiSync::~TorchSemiSync() {
-  auto drain = [](std::vector<Handle>& hs) {
-    for (auto& h : hs) {
-      if (!h.valid()) continue;
-      try {
-        h.wait();
-      } catch (...) {
-      }
-    }
-  };
   for (auto& p : queue_) drain(p.handles);
   drain(avg_.handles);
 }
 
-void TorchSemiSync::wait(const Handle& h) const {
-  if (opts_.timeout.count() > 0) {
-    h.wait(opts_.timeout);
-  } else {
-    h.wait();
-  }
-}
-
-TorchSemiSync::Pending TorchSemiSync::submit_gradients(const std::string& tag) {
+void TorchSemiSync::submit_gradients(const std::string& tag) {
   ::torch::NoGradGuard no_grad;
   Pending p;
   const double pass_scale =
@@ -83,10 +53,12 @@ TorchSemiSync::Pending TorchSemiSync::submit_gradients(const std::string& tag) {
     p.handles.push_back(allreduce_async(opts_.name_prefix + "." + tag + "." + name, view(g), ao));
     p.send.push_back(std::move(g));
   }
-  return p;
+  queue_.push_back(std::move(p));
 }
 
-void TorchSemiSync::apply(Pending& p) {
+void TorchSemiSync::apply_oldest() {
+  // Left in the queue until applied: if a wait throws, the destructor still drains it.
+  Pending& p = queue_.front();
   for (auto& h : p.handles) wait(h);
   {
     ::torch::NoGradGuard no_grad;
@@ -101,6 +73,7 @@ void TorchSemiSync::apply(Pending& p) {
       }
     }
   }
+  queue_.pop_front();
   optimizer_.step();
 }
 
@@ -160,11 +133,11 @@ void TorchSemiSync::start_average() {
     avg_.snapshot.push_back(snap);
     avg_.mean.push_back(mean);
   }
-  avg_active_ = true;
+  avg_.active = true;
 }
 
 void TorchSemiSync::finish_average() {
-  if (!avg_active_) return;
+  if (!avg_.active) return;
   ::torch::NoGradGuard no_grad;
   for (auto& h : avg_.handles) wait(h);
   for (size_t i = 0; i < avg_.targets.size(); ++i) {
@@ -172,46 +145,6 @@ void TorchSemiSync::finish_average() {
     avg_.targets[i].copy_(avg_.mean[i] + (avg_.targets[i] - avg_.snapshot[i]));
   }
   avg_ = Average();
-  avg_active_ = false;
-}
-
-void TorchSemiSync::step(int64_t t) {
-  if (opts_.staleness > 0) {
-    const int64_t slot = submitted_++ % (opts_.staleness + 1);
-    queue_.push_back(submit_gradients("stale" + std::to_string(slot)));
-    while (static_cast<int>(queue_.size()) > opts_.staleness) {
-      apply(queue_.front());
-      queue_.pop_front();
-    }
-    return;
-  }
-  if (t < opts_.local_sgd_warmup_steps) {
-    Pending p = submit_gradients("warmup");
-    apply(p);
-    return;
-  }
-  finish_average();
-  optimizer_.step();
-  if ((t + 1 - opts_.local_sgd_warmup_steps) % opts_.local_sgd_period == 0) {
-    if (opts_.local_sgd_overlap) {
-      start_average();
-    } else {
-      average_now();
-    }
-  }
-}
-
-void TorchSemiSync::flush() {
-  if (opts_.staleness > 0) {
-    while (!queue_.empty()) {
-      apply(queue_.front());
-      queue_.pop_front();
-    }
-    submitted_ = 0;
-    return;
-  }
-  finish_average();
-  average_now();
 }
 
 }  // namespace detail

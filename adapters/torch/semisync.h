@@ -13,23 +13,21 @@
 #include "horovod_cpp/horovod_cpp.h"
 #include "horovod_cpp/torch.h"
 #include "horovod_cpp/training.h"
+#include "csrc/training/semisync_schedule.h"
 
 namespace hvd {
 namespace torch {
 namespace detail {
 
-/// Runs DistributedOptimizer::step() for staleness > 0 or local_sgd_period > 0.
-class TorchSemiSync {
+/// Runs DistributedOptimizer::step() for staleness > 0 or local_sgd_period > 0 (the schedule:
+/// csrc/training/semisync_schedule.h), on LibTorch tensors.
+class TorchSemiSync : public hvd::detail::SemiSyncSchedule {
  public:
   /// `params`: (name, tensor) of the parameters that require gradients. Validates the options.
   TorchSemiSync(::torch::optim::Optimizer& optimizer, std::vector<std::pair<std::string, at::Tensor>> params,
                 const DistributedOptions& opts);
   /// Waits for the collectives still in flight (errors ignored).
-  ~TorchSemiSync();
-  /// The step of index t (0-based), with the gradients now in .grad().
-  void step(int64_t t);
-  /// Completes and applies everything pending (see hvd::DistributedOptimizer::flush()).
-  void flush();
+  ~TorchSemiSync() override;
 
  private:
   struct Pending {
@@ -39,22 +37,21 @@ class TorchSemiSync {
   struct Average {
     std::vector<at::Tensor> targets, snapshot, mean;
     std::vector<Handle> handles;
+    bool active = false;
   };
-  Pending submit_gradients(const std::string& tag);
-  void apply(Pending& p);
-  void wait(const Handle& h) const;
+  void submit_gradients(const std::string& tag) override;
+  void apply_oldest() override;
+  size_t queued() const override { return queue_.size(); }
+  void local_step() override { optimizer_.step(); }
+  void average_now() override;
+  void start_average() override;
+  void finish_average() override;
   std::vector<std::pair<std::string, at::Tensor>> averaged_tensors();
-  void average_now();
-  void start_average();
-  void finish_average();
 
   ::torch::optim::Optimizer& optimizer_;
   std::vector<std::pair<std::string, at::Tensor>> params_;
-  DistributedOptions opts_;
-  std::deque<Pending> queue_;
-  int64_t submitted_ = 0;
+  std::deque<Pending> queue_;  // oldest first
   Average avg_;
-  bool avg_active_ = false;
 };
 
 }  // namespace detail

@@ -1,16 +1,10 @@
 // Copyright horovod_cpp authors. Semi-synchronous training: the bounded-staleness and local-SGD
-// modes of DistributedOptimizer, and StepGuard. Built on the public asynchronous collectives.
+// modes of DistributedOptimizer on Parameter buffers (the schedule, shared with the LibTorch
+// adapter, is training/semisync_schedule.cc), and StepGuard. Built on the public asynchronous
+// collectives.
 //
-// Bounded staleness s: step t copies the gradients, starts their allreduce under names that
-// cycle over s + 1 slots and then applies the oldest pending step once more than s are in
-// flight, i.e. step t applies the average of step t - s. Waiting for step t - s's allreduce is
-// the only synchronization: it completes only when every rank has submitted step t - s, which
-// bounds how far a rank can run ahead, and every rank applies the same reduced gradients in
-// the same order.
-//
-// Local SGD: steps use local gradients; after every k-th step (after the warmup) the
-// parameters (and optionally the float32 optimizer state) are averaged, either at once or,
-// with overlap, by an asynchronous allreduce of a snapshot folded in at the next step.
+// Local SGD averages the parameters (and optionally the float32 optimizer state), either at
+// once or, with overlap, by an asynchronous allreduce of a snapshot folded in at the next step.
 #include "training/semisync.h"
 
 #include <algorithm>
@@ -22,49 +16,14 @@ namespace hvd {
 namespace detail {
 
 SemiSyncEngine::SemiSyncEngine(Optimizer& inner, ParameterList params, const DistributedOptions& opts)
-    : inner_(inner), params_(std::move(params)), opts_(opts) {
-  if (opts_.staleness < 0) {
-    throw InvalidArgumentError("DistributedOptimizer: staleness must be >= 0, got " +
-                               std::to_string(opts_.staleness));
-  }
-  if (opts_.local_sgd_period < 0) {
-    throw InvalidArgumentError("DistributedOptimizer: local_sgd_period must be >= 0, got " +
-                               std::to_string(opts_.local_sgd_period));
-  }
-  if (opts_.local_sgd_warmup_steps < 0) {
-    throw InvalidArgumentError("DistributedOptimizer: local_sgd_warmup_steps must be >= 0, got " +
-                               std::to_string(opts_.local_sgd_warmup_steps));
-  }
-  if (opts_.staleness > 0 && opts_.local_sgd_period > 0) {
-    throw InvalidArgumentError("DistributedOptimizer: staleness (" + std::to_string(opts_.staleness) +
-                               ") and local_sgd_period (" + std::to_string(opts_.local_sgd_period) +
-                               ") cannot both be set; choose one semi-synchronous mode");
-  }
-}
+    : SemiSyncSchedule(opts, "DistributedOptimizer: "), inner_(inner), params_(std::move(params)) {}
 
 SemiSyncEngine::~SemiSyncEngine() {
-  auto drain = [](std::vector<Handle>& hs) {
-    for (auto& h : hs) {
-      if (!h.valid()) continue;
-      try {
-        h.wait();
-      } catch (...) {
-      }
-    }
-  };
   for (auto& p : queue_) drain(p.handles);
   drain(avg_.handles);
 }
 
-void SemiSyncEngine::wait(const Handle& h) const {
-  if (opts_.timeout.count() > 0) {
-    h.wait(opts_.timeout);
-  } else {
-    h.wait();
-  }
-}
-
-SemiSyncEngine::Pending SemiSyncEngine::submit_gradients(const std::string& tag) {
+void SemiSyncEngine::submit_gradients(const std::string& tag) {
   Pending p;
   const double pass_scale =
       opts_.average_aggregated_gradients ? 1.0 / static_cast<double>(opts_.backward_passes_per_step) : 1.0;
@@ -94,10 +53,13 @@ SemiSyncEngine::Pending SemiSyncEngine::submit_gradients(const std::string& tag)
       p.handles.push_back(allreduce_async(name, TensorView(g.data(), DataType::kFloat32, param.shape()), ao));
     }
   }
-  return p;
+  queue_.push_back(std::move(p));
 }
 
-void SemiSyncEngine::apply(Pending& p) {
+void SemiSyncEngine::apply_oldest() {
+  // Left in the queue until applied: if a wait throws, the destructor still drains it (the
+  // allreduces write into its buffers).
+  Pending& p = queue_.front();
   for (auto& h : p.handles) wait(h);
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& param = *params_[i];
@@ -113,6 +75,7 @@ void SemiSyncEngine::apply(Pending& p) {
       param.set_sparse_grad(std::move(rows), std::move(g));
     }
   }
+  queue_.pop_front();
   inner_.step();
 }
 
@@ -165,47 +128,6 @@ void SemiSyncEngine::finish_average() {
   }
   avg_.handles.clear();
   avg_.active = false;
-}
-
-void SemiSyncEngine::step(int64_t t) {
-  if (opts_.staleness > 0) {
-    const int64_t slot = submitted_++ % (opts_.staleness + 1);
-    queue_.push_back(submit_gradients("stale" + std::to_string(slot)));
-    while (static_cast<int>(queue_.size()) > opts_.staleness) {
-      apply(queue_.front());
-      queue_.pop_front();
-    }
-    return;
-  }
-  // Local SGD.
-  if (t < opts_.local_sgd_warmup_steps) {  // synchronous warmup
-    Pending p = submit_gradients("warmup");
-    apply(p);
-    return;
-  }
-  finish_average();  // overlap: fold in the averaging started after the previous step
-  inner_.step();
-  const int64_t local = t + 1 - opts_.local_sgd_warmup_steps;
-  if (local % opts_.local_sgd_period == 0) {
-    if (opts_.local_sgd_overlap) {
-      start_average();
-    } else {
-      average_now();
-    }
-  }
-}
-
-void SemiSyncEngine::flush() {
-  if (opts_.staleness > 0) {
-    while (!queue_.empty()) {
-      apply(queue_.front());
-      queue_.pop_front();
-    }
-    submitted_ = 0;
-    return;
-  }
-  finish_average();
-  average_now();
 }
 
 }  // namespace detail

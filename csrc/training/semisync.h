@@ -8,23 +8,20 @@
 #include <vector>
 
 #include "horovod_cpp/training.h"
+#include "training/semisync_schedule.h"
 
 namespace hvd {
 namespace detail {
 
 /// Does the communication and the updates of DistributedOptimizer::step() when
-/// DistributedOptions::staleness or local_sgd_period is set. Owned by the DistributedOptimizer.
-class SemiSyncEngine {
+/// DistributedOptions::staleness or local_sgd_period is set (the schedule:
+/// training/semisync_schedule.h), on Parameter buffers. Owned by the DistributedOptimizer.
+class SemiSyncEngine : public SemiSyncSchedule {
  public:
   /// Validates the semi-synchronous options (InvalidArgumentError naming the option).
   SemiSyncEngine(Optimizer& inner, ParameterList params, const DistributedOptions& opts);
   /// Waits for the collectives still in flight (they write into our buffers); errors ignored.
-  ~SemiSyncEngine();
-
-  /// The step of index t (0-based) with the gradients now in the parameters.
-  void step(int64_t t);
-  /// Completes every pending communication and applies it (see DistributedOptimizer::flush).
-  void flush();
+  ~SemiSyncEngine() override;
 
  private:
   // One step's gradients in flight: a reduced copy per parameter.
@@ -40,19 +37,18 @@ class SemiSyncEngine {
     bool active = false;
   };
 
-  Pending submit_gradients(const std::string& tag);
-  void apply(Pending& p);
-  void wait(const Handle& h) const;
+  void submit_gradients(const std::string& tag) override;
+  void apply_oldest() override;
+  size_t queued() const override { return queue_.size(); }
+  void local_step() override { inner_.step(); }
+  void average_now() override;
+  void start_average() override;
+  void finish_average() override;
   std::vector<std::pair<std::string, TensorView>> averaged_tensors();
-  void average_now();
-  void start_average();
-  void finish_average();
 
   Optimizer& inner_;
   ParameterList params_;
-  DistributedOptions opts_;
-  std::deque<Pending> queue_;  // staleness: oldest first
-  int64_t submitted_ = 0;      // staleness: steps submitted (names cycle over staleness+1)
+  std::deque<Pending> queue_;  // oldest first
   Average avg_;
 };
 
