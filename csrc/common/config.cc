@@ -83,6 +83,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c.stall_shutdown_seconds));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_REDUCE_CHUNK_BYTES", &c.reduce_chunk_bytes));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_BUFFER_CACHE_BYTES", &c.buffer_cache_bytes));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_ABORT_GRACE_SECONDS", 0.0, &c.abort_grace_seconds));
   if (auto v = lookup("HOROVOD_CPP_TEST_FAKE_VERSION"); v) c.test_fake_version = *v;
@@ -131,6 +132,7 @@ std::string Config::describe() const {
      << " HOROVOD_TIMELINE=" << timeline_path
      << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes
+     << " HOROVOD_CPP_BUFFER_CACHE_BYTES=" << buffer_cache_bytes
      << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << hierarchical_allreduce
      << " HOROVOD_CPP_CUDA_DEVICE=" << cuda_device
      << " HOROVOD_CPP_NCCL_TIMEOUT_SECONDS=" << nccl_timeout_seconds

@@ -2,6 +2,7 @@
 // tensor.h.
 #include <sstream>
 
+#include "common/buffer_cache.h"
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/tensor.h"
 #include "horovod_cpp/types.h"
@@ -90,9 +91,8 @@ TensorView Tensor::view() { return TensorView(data(), dtype_, shape_, device_); 
 
 Tensor Tensor::empty(DataType dtype, Shape shape) {
   const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
-  std::shared_ptr<void> memory(new unsigned char[bytes > 0 ? bytes : 1],
-                               [](void* p) { delete[] static_cast<unsigned char*>(p); });
-  return adopt(dtype, std::move(shape), Device::cpu(), std::move(memory));
+  // Large results reuse cached blocks (common/buffer_cache.h): no fresh pages to fault in.
+  return adopt(dtype, std::move(shape), Device::cpu(), allocate_host_buffer(bytes));
 }
 
 Tensor Tensor::adopt(DataType dtype, Shape shape, Device device, std::shared_ptr<void> memory) {

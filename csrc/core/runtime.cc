@@ -8,6 +8,7 @@
 
 #include "common/logging.h"
 #include "coordination/wire.h"
+#include "common/buffer_cache.h"
 #include "common/fatal.h"
 #include "core/timeline.h"
 #include "horovod_cpp_build_config.h"
@@ -27,6 +28,7 @@ Status Runtime::start(const InitOptions& options) {
   HVD_RETURN_IF_ERROR(Config::from_env(&config_));
   set_log_level(config_.log_level);
   set_fatal_grace(config_.abort_grace_seconds);
+  set_host_buffer_cache_limit(config_.buffer_cache_bytes);
   HVD_RETURN_IF_ERROR(make_world(options, &world_));
   set_log_rank(world_->rank());
   Status agree = check_version_agreement();
@@ -240,6 +242,7 @@ void Runtime::shutdown() {
   // Every set is told first, then waited for, so no member waits on another's late request.
   for (auto& [id, s] : sets) s->request_shutdown();
   for (auto& [id, s] : sets) s->shutdown();
+  trim_host_buffer_cache();  // results still held by the user return their blocks later
   std::lock_guard<std::mutex> lk(sets_mu_);
   sets_.clear();
 }

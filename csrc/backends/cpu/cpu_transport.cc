@@ -205,9 +205,14 @@ Status CpuTransport::reducescatter(const Response& r, const BatchTensor& t, Tens
   Tensor result = Tensor::empty(r.dtype, out_shape);  // every byte is written below
   const int64_t total = num_elements(r.shape);
   const int64_t bytes = total * static_cast<int64_t>(dtype_size(r.dtype));
-  unsigned char* in = scratch(bytes);
-  if (bytes > 0) std::memcpy(in, t.input.data, static_cast<size_t>(bytes));
-  scale_buffer(in, total, r.dtype, r.prescale);
+  // Only a prescale factor needs a scaled copy of the input; otherwise MPI reads it in place.
+  const void* in = t.input.data;
+  if (r.prescale != 1.0) {
+    unsigned char* scaled = scratch(bytes);
+    if (bytes > 0) std::memcpy(scaled, t.input.data, static_cast<size_t>(bytes));
+    scale_buffer(scaled, total, r.dtype, r.prescale);
+    in = scaled;
+  }
   HVD_RETURN_IF_ERROR(plane_->reducescatter(in, result.data(), counts, r.dtype, r.reduce_op));
   const int64_t mine = counts[static_cast<size_t>(rank)];
   if (is_floating_point(r.dtype) || r.postscale != 1.0) {  // integers: as in reduce_buffer

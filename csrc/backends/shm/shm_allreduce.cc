@@ -149,6 +149,10 @@ unsigned char* ShmAllreduce::slot(int rank, int which) const {
   return maps_[static_cast<size_t>(rank)] + kHeaderBytes + static_cast<size_t>(which) * static_cast<size_t>(chunk_bytes_);
 }
 
+void ShmAllreduce::signal(int which, uint64_t value) {
+  header(rank_)->counter[which].store(value, std::memory_order_release);
+}
+
 // Waits until every peer's counter `which` reaches `target`: a short spin (peers are usually
 // microseconds away), then yields (ranks may outnumber cores), then short sleeps.
 Status ShmAllreduce::wait_all(int which, uint64_t target) {
@@ -185,7 +189,6 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
   const bool fp = is_floating_point(dtype);
   const bool divide = !fp && dtype != DataType::kBool && divisor > 1;
   const int n = size_, me = rank_;
-  enum { kPublished = 0, kReduced = 1, kCollected = 2 };
 
   for (int64_t base = 0; base < total; base += chunk) {
     const int64_t len = std::min(chunk, total - base);

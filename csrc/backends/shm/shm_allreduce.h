@@ -53,10 +53,25 @@ class ShmAllreduce {
   Status allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op, double scale,
                    int64_t divisor);
 
+  /// Reduce-scatter (shm_reducescatter.cc): `in` is the concatenation of every rank's block
+  /// (`counts[r]` elements each, the same on every rank); this rank's reduced block goes to
+  /// `out`. Every contribution is multiplied by `prescale` first (when not 1); the result is
+  /// then finished with `scale` and `divisor` as allreduce() does. In rounds of
+  /// chunk_bytes / size per peer, one slot per round (alternating): each rank publishes the
+  /// pieces of its peers' blocks once, then reduces its own piece from its input and the
+  /// peers' slots straight into `out`. The input is never modified.
+  Status reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                       DataType dtype, ReduceOp op, double prescale, double scale,
+                       int64_t divisor);
+
  private:
   struct Header;
   ShmAllreduce() = default;
+  /// Counters of each rank's header: chunks published, reduced, collected (read out).
+  enum Counter { kPublished = 0, kReduced = 1, kCollected = 2 };
   Status wait_all(int which, uint64_t target);
+  /// Sets this rank's counter `which` to `value` (release: peers then see the slot's bytes).
+  void signal(int which, uint64_t value);
   unsigned char* slot(int rank, int which) const;
   Header* header(int rank) const;
 

@@ -20,25 +20,38 @@ int64_t now_micros() {
 
 class ShmTransport : public Transport {
  public:
-  ShmTransport(std::unique_ptr<ShmAllreduce> shm, int size, int64_t min_bytes)
-      : shm_(std::move(shm)), size_(size), min_bytes_(min_bytes) {}
+  ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes)
+      : shm_(std::move(shm)), rank_(rank), size_(size), min_bytes_(min_bytes) {}
   const char* name() const override { return "shm"; }
   bool accepts(const Batch& b) const override {
-    return b.op == OpType::kAllreduce && b.device.is_cpu() && b.bytes >= min_bytes_;
+    if (!b.device.is_cpu() || b.bytes < min_bytes_) return false;
+    // A reducescatter is never fused; a joined rank's missing one is left to MPI.
+    return b.op == OpType::kAllreduce ||
+           (b.op == OpType::kReducescatter && b.tensors.size() == 1 && b.tensors[0].present);
   }
   void run(Batch b) override {
     const int64_t t0 = b.phase ? now_micros() : 0;
     BatchOutcome out;  // an allreduce allocates no results: out.results stays empty
-    out.status = allreduce(b);
+    const bool rs = b.op == OpType::kReducescatter;
+    if (rs) {
+      out.results.resize(1);
+      out.status = reducescatter(b, &out.results[0]);
+    } else {
+      out.status = allreduce(b);
+    }
     if (b.phase) {
       const int64_t t1 = now_micros();
-      for (const BatchTensor& t : b.tensors) b.phase(t.response->name, "SHM_ALLREDUCE", t0, t1, "");
+      const char* phase = rs ? "SHM_REDUCESCATTER" : "SHM_ALLREDUCE";
+      for (const BatchTensor& t : b.tensors) b.phase(t.response->name, phase, t0, t1, "");
     }
     b.done(std::move(out));
   }
 
  private:
   Status allreduce(Batch& b);
+  Status reducescatter(Batch& b, TensorResult* out);
+  /// The factor and integer divisor that finish a reduction (Average, postscale).
+  void finish_factors(const Response& r, double* scale, int64_t* divisor) const;
   unsigned char* zeros(int64_t bytes) {
     if (static_cast<int64_t>(zeros_.size()) < bytes) zeros_.resize(static_cast<size_t>(bytes));
     std::memset(zeros_.data(), 0, static_cast<size_t>(bytes));
@@ -46,6 +59,7 @@ class ShmTransport : public Transport {
   }
 
   std::unique_ptr<ShmAllreduce> shm_;
+  const int rank_;
   const int size_;
   const int64_t min_bytes_;
   std::vector<unsigned char> zeros_;  // the contribution of tensors a joined rank lacks
@@ -53,7 +67,6 @@ class ShmTransport : public Transport {
 
 Status ShmTransport::allreduce(Batch& b) {
   const Response& r0 = b.first();
-  const bool fp = is_floating_point(r0.dtype);
   int64_t absent_bytes = 0;
   for (const BatchTensor& t : b.tensors) {
     if (!t.present) absent_bytes += t.response->nbytes_for_rank(0);
@@ -74,24 +87,54 @@ Status ShmTransport::allreduce(Batch& b) {
     scale_buffer(t.output.data, count, r0.dtype, r0.prescale);
     segs.push_back({t.output.data, count});
   }
-  double scale = r0.postscale;
+  double scale = 1.0;
   int64_t divisor = 1;
-  if (r0.reduce_op == ReduceOp::kAverage) {
-    scale /= static_cast<double>(size_);
-    divisor = size_;
-  }
-  if (!fp) {  // integers: scaled (in double) only when a postscale factor is given
-    if (r0.postscale == 1.0) {
-      scale = 1.0;
-    } else {
-      divisor = 1;
-    }
-  }
+  finish_factors(r0, &scale, &divisor);
   Status s = shm_->allreduce(segs, r0.dtype, r0.reduce_op, scale, divisor);
   if (!s.ok()) {
     return Status(s.code(), "allreduce '" + r0.name + "'" + (b.tensors.size() > 1 ? " (fused)" : "") +
                                 ": " + s.message());
   }
+  return Status::OK();
+}
+
+void ShmTransport::finish_factors(const Response& r, double* scale, int64_t* divisor) const {
+  *scale = r.postscale;
+  *divisor = 1;
+  if (r.reduce_op == ReduceOp::kAverage) {
+    *scale /= static_cast<double>(size_);
+    *divisor = size_;
+  }
+  if (!is_floating_point(r.dtype)) {  // integers: scaled (in double) only with a postscale
+    if (r.postscale == 1.0) {
+      *scale = 1.0;
+    } else {
+      *divisor = 1;
+    }
+  }
+}
+
+Status ShmTransport::reducescatter(Batch& b, TensorResult* out) {
+  const Response& r = b.first();
+  // Rows of dimension 0 are dealt out evenly; the first dim0 % size ranks get one more (as
+  // the MPI path does, cpu_transport.cc).
+  const int64_t dim0 = r.shape.at(0);
+  const int64_t row = num_elements(Shape(r.shape.begin() + 1, r.shape.end()));
+  std::vector<int64_t> counts(static_cast<size_t>(size_));
+  for (int k = 0; k < size_; ++k) {
+    counts[static_cast<size_t>(k)] = (dim0 / size_ + (k < dim0 % size_ ? 1 : 0)) * row;
+  }
+  Shape out_shape = r.shape;
+  out_shape[0] = dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0);
+  Tensor result = Tensor::empty(r.dtype, out_shape);  // every element is written
+  double scale = 1.0;
+  int64_t divisor = 1;
+  finish_factors(r, &scale, &divisor);
+  Status s = shm_->reducescatter(b.tensors[0].input.data, result.data(), counts, r.dtype,
+                                 r.reduce_op, r.prescale, scale, divisor);
+  if (!s.ok()) return Status(s.code(), "reducescatter '" + r.name + "': " + s.message());
+  out->has_tensor = true;
+  out->tensor = std::move(result);
   return Status::OK();
 }
 
@@ -110,7 +153,8 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
     }
     return nullptr;
   }
-  return std::make_unique<ShmTransport>(std::move(shm), ctx.layout.size, config.shm_min_bytes);
+  return std::make_unique<ShmTransport>(std::move(shm), ctx.layout.rank, ctx.layout.size,
+                                        config.shm_min_bytes);
 }
 
 }  // namespace hvd

@@ -1,0 +1,77 @@
+// Copyright horovod_cpp authors. Reduce-scatter through the shared-memory segments of
+// ShmAllreduce (shm_allreduce.h describes the segments and counters).
+//
+// Per byte of its block a rank reads its own input and every peer's published piece once and
+// writes the result once; each rank copies (n-1)/n of its input into its slot. Open MPI's
+// reduce-scatter on one host (a reduce to one rank, then a scatter) moves several times more.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/cpu_ops.h"
+#include "backends/shm/shm_allreduce.h"
+
+namespace hvd {
+
+Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
+                                   DataType dtype, ReduceOp op, double prescale, double scale,
+                                   int64_t divisor) {
+  const int n = size_, me = rank_;
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  // Each round moves up to `per` elements of every block: the slot holds one piece per rank.
+  const int64_t per = std::max<int64_t>(1, chunk_bytes_ / esize / n);
+  std::vector<int64_t> offset(static_cast<size_t>(n) + 1, 0);
+  int64_t longest = 0;
+  for (int r = 0; r < n; ++r) {
+    offset[static_cast<size_t>(r) + 1] = offset[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)];
+    longest = std::max(longest, counts[static_cast<size_t>(r)]);
+  }
+  const bool fp = is_floating_point(dtype);
+  const bool divide = !fp && dtype != DataType::kBool && divisor > 1;
+  const unsigned char* src = static_cast<const unsigned char*>(in);
+  unsigned char* dst = static_cast<unsigned char*>(out);
+  // Elements of block r in round k: [k*per, k*per + piece(r, k)).
+  auto piece = [&](int r, int64_t lo) {
+    return std::max<int64_t>(0, std::min(per, counts[static_cast<size_t>(r)] - lo));
+  };
+
+  for (int64_t lo = 0; lo < longest; lo += per) {
+    const uint64_t s = step_++;
+    const int which = static_cast<int>(s % 2);
+    // The slot was last used two rounds ago: every peer must have read it.
+    if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
+
+    // 1. publish, prescaled, the piece of every peer's block
+    unsigned char* mine = slot(me, which);
+    for (int j = 0; j < n; ++j) {
+      const int64_t cnt = piece(j, lo);
+      if (j == me || cnt == 0) continue;
+      unsigned char* at = mine + j * per * esize;
+      std::memcpy(at, src + (offset[static_cast<size_t>(j)] + lo) * esize, static_cast<size_t>(cnt * esize));
+      scale_buffer(at, cnt, dtype, prescale);  // no-op for 1
+    }
+    signal(kPublished, s + 1);
+    HVD_RETURN_IF_ERROR(wait_all(kPublished, s + 1));
+
+    // 2. my piece: my own prescaled input, then every peer's contribution, then finish
+    const int64_t cnt = piece(me, lo);
+    if (cnt > 0) {
+      unsigned char* p = dst + lo * esize;
+      std::memcpy(p, src + (offset[static_cast<size_t>(me)] + lo) * esize, static_cast<size_t>(cnt * esize));
+      scale_buffer(p, cnt, dtype, prescale);
+      for (int j = 0; j < n; ++j) {
+        if (j != me) reduce_into(p, slot(j, which) + me * per * esize, cnt, dtype, op);
+      }
+      if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
+        scale_buffer(p, cnt, dtype, scale);
+      } else if (divide) {
+        divide_integers(p, cnt, dtype, divisor);
+      }
+    }
+    // Done with the peers' slots of this round (reduced and collected, in allreduce's terms).
+    signal(kReduced, s + 1);
+    signal(kCollected, s + 1);
+  }
+  return Status::OK();
+}
+
+}  // namespace hvd

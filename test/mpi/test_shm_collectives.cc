@@ -1,0 +1,154 @@
+// Copyright horovod_cpp authors. Large collectives under mpirun: several rounds of the
+// shared-memory segment (reducescatter through shm, 1 MiB chunks by default), odd sizes,
+// uneven blocks, prescale and postscale, every reducing dtype, a process set that is a subset,
+// and allgather / alltoall results of cached sizes (common/buffer_cache.h) checked on reuse.
+#include <cmath>
+#include <cstring>
+
+#include "test_util.h"
+
+using hvd::DataType;
+using hvd::ReduceOp;
+using namespace hvdtest;
+
+namespace {
+
+// Value of element i of rank r's input (small integers: exact in every dtype, sums too).
+double value(int r, int64_t i) { return static_cast<double>((i * 7 + r * 3) % 11); }
+
+// Runs one reducescatter of `dim0` x `cols` in `set` (whose members are `ranks`, this rank
+// being `me` among them) and counts wrong elements of the result.
+int64_t check_reducescatter(const std::string& name, DataType d, ReduceOp op, double pre,
+                            double post, int64_t dim0, int64_t cols, hvd::ProcessSet set,
+                            const std::vector<int>& ranks, int me) {
+  const int n = static_cast<int>(ranks.size());
+  const int world_rank = ranks[static_cast<size_t>(me)];
+  Buffer in(d, {dim0, cols});
+  for (int64_t i = 0; i < in.n(); ++i) in.set(i, value(world_rank, i));
+  const Buffer before = in;
+  hvd::ReducescatterOptions o;
+  o.op = op;
+  o.prescale_factor = pre;
+  o.postscale_factor = post;
+  o.process_set = set;
+  hvd::Tensor out = hvd::reducescatter(name, in.view(), o);
+  int64_t first = 0;
+  for (int r = 0; r < me; ++r) first += dim0 / n + (r < dim0 % n ? 1 : 0);
+  const int64_t mine = dim0 / n + (me < dim0 % n ? 1 : 0);
+  if (out.shape() != std::vector<int64_t>{mine, cols}) return mine * cols + 1;
+  Buffer got(d, out.shape());
+  if (!got.bytes.empty()) std::memcpy(got.bytes.data(), out.data(), got.bytes.size());
+  const bool fp = hvd::is_floating_point(d);
+  int64_t bad = in.bytes != before.bytes ? 1 : 0;  // the input is left alone
+  for (int64_t i = 0; i < mine * cols; ++i) {
+    const int64_t gi = first * cols + i;
+    double sum = 0;
+    for (int r : ranks) sum += fp ? value(r, gi) * pre : std::trunc(value(r, gi) * pre);
+    double want = sum;
+    if (op == ReduceOp::kAverage) {
+      want = fp ? sum / n : static_cast<double>(static_cast<int64_t>(sum) / n);
+    }
+    want = fp ? want * post : (post != 1.0 ? std::trunc(want * post) : want);
+    bad += std::fabs(got.get(i) - want) > 1e-2 * std::max(1.0, std::fabs(want));
+  }
+  return bad;
+}
+
+}  // namespace
+
+TEST_CASE("reducescatter: many shm rounds, uneven blocks, scaling, dtypes", "[reducescatter][shm]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  std::vector<int> all;
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  // Blocks of ~300k-600k elements: several rounds of a 1 MiB slot; dim0 % n != 0.
+  const int64_t cols = 100003;
+  for (int step = 0; step < 2; ++step) {  // the second step reuses cached result blocks
+    for (int64_t dim0 : {int64_t(4 * n + 3), int64_t(n - 1 > 0 ? n - 1 : 1)}) {
+      for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                         DataType::kInt64, DataType::kFloat16, DataType::kBFloat16}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+          const bool fp = hvd::is_floating_point(d);
+          const double pre = fp ? 0.5 : 1.0, post = fp ? 4.0 : 1.0;
+          const std::string name = "shm.rs." + std::to_string(dim0) + hvd::dtype_name(d) +
+                                   hvd::reduce_op_name(op);
+          INFO(name);
+          CHECK(check_reducescatter(name, d, op, pre, post, dim0, cols, hvd::ProcessSet{0}, all,
+                                    me) == 0);
+        }
+      }
+    }
+    // Integers with a postscale factor (scaled in double, truncated) and a prescale.
+    CHECK(check_reducescatter("shm.rs.int.scaled", DataType::kInt32, ReduceOp::kSum, 3.0, 0.5,
+                              2 * n + 1, cols, hvd::ProcessSet{0}, all, me) == 0);
+  }
+}
+
+TEST_CASE("reducescatter through shm in a process set of some ranks", "[reducescatter][shm]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  std::vector<int> evens;
+  for (int r = 0; r < n; r += 2) evens.push_back(r);
+  hvd::ProcessSet even = hvd::add_process_set(evens);
+  if (me % 2 == 0) {
+    for (int k = 0; k < 3; ++k) {
+      CHECK(check_reducescatter("shm.rs.set", DataType::kFloat32, ReduceOp::kAverage, 1.0, 1.0,
+                                3 * static_cast<int64_t>(evens.size()) + 1, 70001, even, evens,
+                                me / 2) == 0);
+    }
+  }
+  // The world set still works beside it.
+  std::vector<int> all;
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  CHECK(check_reducescatter("shm.rs.world", DataType::kFloat64, ReduceOp::kSum, 1.0, 1.0, n + 1,
+                            90001, hvd::ProcessSet{0}, all, me) == 0);
+  hvd::remove_process_set(even);
+}
+
+TEST_CASE("large allgather and alltoall results stay right when their blocks are reused",
+          "[allgather][alltoall][shm]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  const int64_t cols = 65537;
+  for (int step = 0; step < 4; ++step) {
+    // Uneven first dimensions: rank r has r + 2 rows (+ step, so sizes change between steps).
+    const int64_t rows = me + 2 + step % 2;
+    std::vector<float> in(static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows * cols; ++i) in[static_cast<size_t>(i)] = static_cast<float>(value(me, i) + step);
+    hvd::Tensor g = hvd::allgather("shm.ag", hvd::TensorView(in.data(), DataType::kFloat32, {rows, cols}));
+    int64_t total = 0, bad = 0;
+    for (int r = 0; r < n; ++r) total += r + 2 + step % 2;
+    REQUIRE(g.shape() == std::vector<int64_t>{total, cols});
+    int64_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      const int64_t rr = (r + 2 + step % 2) * cols;
+      for (int64_t i = 0; i < rr; ++i) bad += g.data_as<float>()[at + i] != static_cast<float>(value(r, i) + step);
+      at += rr;
+    }
+    CHECK(bad == 0);
+    // Uneven splits: rank me sends (me + dst + step) % 3 + 1 rows to dst.
+    auto split = [&](int src, int dst) { return static_cast<int64_t>((src + dst + step) % 3 + 1); };
+    std::vector<int64_t> splits(static_cast<size_t>(n));
+    int64_t send_rows = 0;
+    for (int r = 0; r < n; ++r) send_rows += splits[static_cast<size_t>(r)] = split(me, r);
+    std::vector<int32_t> a(static_cast<size_t>(send_rows * cols));
+    int64_t row = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < split(me, r); ++j, ++row) {
+        for (int64_t c = 0; c < cols; ++c) a[static_cast<size_t>(row * cols + c)] = me * 1000000 + r * 10000 + static_cast<int32_t>(j * 100 + c % 97);
+      }
+    }
+    auto res = hvd::alltoall("shm.a2a", hvd::TensorView(a.data(), DataType::kInt32, {send_rows, cols}), splits);
+    bad = 0;
+    row = 0;
+    for (int r = 0; r < n; ++r) {
+      CHECK(res.received_splits[static_cast<size_t>(r)] == split(r, me));
+      for (int64_t j = 0; j < split(r, me); ++j, ++row) {
+        for (int64_t c = 0; c < cols; ++c) {
+          bad += res.output.data_as<int32_t>()[row * cols + c] != r * 1000000 + me * 10000 + static_cast<int32_t>(j * 100 + c % 97);
+        }
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
