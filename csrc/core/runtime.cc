@@ -6,10 +6,10 @@
 #include <cstring>
 #include <sstream>
 
-#include "common/logging.h"
-#include "coordination/wire.h"
 #include "common/buffer_cache.h"
 #include "common/fatal.h"
+#include "common/logging.h"
+#include "coordination/wire.h"
 #include "core/timeline.h"
 #include "horovod_cpp_build_config.h"
 
