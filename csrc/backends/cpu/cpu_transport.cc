@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_ops.h"
+#include "backends/row_layout.h"
 
 namespace hvd {
 namespace {
@@ -168,40 +169,24 @@ Status CpuTransport::allgather(const Response& r, const BatchTensor& t, TensorRe
 }
 
 Status CpuTransport::alltoall(const Response& r, const BatchTensor& t, TensorResult* out) {
-  const size_t n = static_cast<size_t>(layout_.size);
-  const size_t me = static_cast<size_t>(layout_.rank);
-  const int64_t row_bytes = num_elements(Shape(r.shape.begin() + 1, r.shape.end())) *
-                            static_cast<int64_t>(dtype_size(r.dtype));
-  std::vector<int64_t> send(n), recv(n), recv_rows(n);
-  int64_t rows = 0;
-  for (size_t k = 0; k < n; ++k) {
-    send[k] = r.all_splits[me * n + k] * row_bytes;
-    recv_rows[k] = r.all_splits[k * n + me];
-    recv[k] = recv_rows[k] * row_bytes;
-    rows += recv_rows[k];
-  }
+  AlltoallPlan plan = plan_alltoall(r, layout_.size, layout_.rank);
   Shape out_shape = r.shape;
-  out_shape[0] = rows;
+  out_shape[0] = plan.rows;
   Tensor result = Tensor::empty(r.dtype, out_shape);  // every byte is written below
-  HVD_RETURN_IF_ERROR(plane_->alltoallv(t.input.data, send, result.data(), recv));
+  HVD_RETURN_IF_ERROR(
+      plane_->alltoallv(t.input.data, plan.send_bytes, result.data(), plan.recv_bytes));
   out->has_tensor = true;
   out->tensor = std::move(result);
-  out->splits = std::move(recv_rows);
+  out->splits = std::move(plan.recv_rows);
   return Status::OK();
 }
 
 Status CpuTransport::reducescatter(const Response& r, const BatchTensor& t, TensorResult* out) {
-  // Rows of dimension 0 are dealt out evenly; the first dim0 % size ranks get one more.
   const int size = layout_.size, rank = layout_.rank;
-  const int64_t dim0 = r.shape.at(0);
-  const int64_t row = num_elements(Shape(r.shape.begin() + 1, r.shape.end()));
-  std::vector<int64_t> counts(static_cast<size_t>(size));
-  for (int k = 0; k < size; ++k) {
-    counts[static_cast<size_t>(k)] = (dim0 / size + (k < dim0 % size ? 1 : 0)) * row;
-  }
+  const ReducescatterSplit split = split_reducescatter(r, size);
+  const std::vector<int64_t>& counts = split.counts;
   Shape out_shape = r.shape;
-  out_shape[0] = counts[static_cast<size_t>(rank)] / std::max<int64_t>(row, 1);
-  if (row == 0) out_shape[0] = dim0 / size + (rank < dim0 % size ? 1 : 0);
+  out_shape[0] = split.rows[static_cast<size_t>(rank)];
   Tensor result = Tensor::empty(r.dtype, out_shape);  // every byte is written below
   const int64_t total = num_elements(r.shape);
   const int64_t bytes = total * static_cast<int64_t>(dtype_size(r.dtype));

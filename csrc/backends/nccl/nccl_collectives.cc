@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/nccl/nccl_internal.h"
+#include "backends/row_layout.h"
 
 namespace hvd {
 namespace nccl {
@@ -189,18 +190,11 @@ Status NcclTransport::alltoall(const Response& r, const BatchTensor& e, TensorRe
                                const std::string& c) {
   const size_t n = static_cast<size_t>(o_.size);
   const size_t me = static_cast<size_t>(o_.rank);
-  const int64_t row_bytes = num_elements(Shape(r.shape.begin() + 1, r.shape.end())) *
-                            static_cast<int64_t>(dtype_size(r.dtype));
-  std::vector<int64_t> send(n), recv(n), recv_rows(n);
-  int64_t rows = 0;
-  for (size_t k = 0; k < n; ++k) {
-    send[k] = r.all_splits[me * n + k] * row_bytes;
-    recv_rows[k] = r.all_splits[k * n + me];
-    recv[k] = recv_rows[k] * row_bytes;
-    rows += recv_rows[k];
-  }
+  AlltoallPlan plan = plan_alltoall(r, o_.size, o_.rank);
+  const std::vector<int64_t>& send = plan.send_bytes;
+  const std::vector<int64_t>& recv = plan.recv_bytes;
   Shape out_shape = r.shape;
-  out_shape[0] = rows;
+  out_shape[0] = plan.rows;
   Tensor out;
   HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, &out, c));
   const unsigned char* src = static_cast<const unsigned char*>(e.input.data);
@@ -232,26 +226,18 @@ Status NcclTransport::alltoall(const Response& r, const BatchTensor& e, TensorRe
   }));
   result->has_tensor = true;
   result->tensor = std::move(out);
-  result->splits = std::move(recv_rows);
+  result->splits = std::move(plan.recv_rows);
   return Status::OK();
 }
 
 Status NcclTransport::reducescatter(const Response& r, const BatchTensor& e, TensorResult* result,
                                     const std::string& c) {
-  // Rows of dimension 0 are dealt out evenly; the first dim0 % size ranks get one more (as on
-  // the CPU).
   const int size = o_.size;
-  const int64_t dim0 = r.shape.at(0);
-  const int64_t row = num_elements(Shape(r.shape.begin() + 1, r.shape.end()));
-  std::vector<int64_t> rows(static_cast<size_t>(size)), counts(static_cast<size_t>(size));
-  bool equal = true;
-  for (int k = 0; k < size; ++k) {
-    rows[static_cast<size_t>(k)] = dim0 / size + (k < dim0 % size ? 1 : 0);
-    counts[static_cast<size_t>(k)] = rows[static_cast<size_t>(k)] * row;
-    equal = equal && counts[static_cast<size_t>(k)] == counts[0];
-  }
+  const ReducescatterSplit split = split_reducescatter(r, size);
+  const std::vector<int64_t>& counts = split.counts;
+  const bool equal = split.equal();
   Shape out_shape = r.shape;
-  out_shape[0] = rows[static_cast<size_t>(o_.rank)];
+  out_shape[0] = split.rows[static_cast<size_t>(o_.rank)];
   Tensor out;
   HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, &out, c));
   ncclDataType_t t;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_ops.h"
+#include "backends/row_layout.h"
 #include "backends/shm/shm_allreduce.h"
 #include "backends/shm/shm_setup.h"
 #include "common/logging.h"
@@ -116,16 +117,10 @@ void ShmTransport::finish_factors(const Response& r, double* scale, int64_t* div
 
 Status ShmTransport::reducescatter(Batch& b, TensorResult* out) {
   const Response& r = b.first();
-  // Rows of dimension 0 are dealt out evenly; the first dim0 % size ranks get one more (as
-  // the MPI path does, cpu_transport.cc).
-  const int64_t dim0 = r.shape.at(0);
-  const int64_t row = num_elements(Shape(r.shape.begin() + 1, r.shape.end()));
-  std::vector<int64_t> counts(static_cast<size_t>(size_));
-  for (int k = 0; k < size_; ++k) {
-    counts[static_cast<size_t>(k)] = (dim0 / size_ + (k < dim0 % size_ ? 1 : 0)) * row;
-  }
+  const ReducescatterSplit split = split_reducescatter(r, size_);
+  const std::vector<int64_t>& counts = split.counts;
   Shape out_shape = r.shape;
-  out_shape[0] = dim0 / size_ + (rank_ < dim0 % size_ ? 1 : 0);
+  out_shape[0] = split.rows[static_cast<size_t>(rank_)];
   Tensor result = Tensor::empty(r.dtype, out_shape);  // every element is written
   double scale = 1.0;
   int64_t divisor = 1;
