@@ -2,45 +2,23 @@
 
 import tensorflow as tf
 
+from .._compression import Compressor, HalfCompressorBase, NoneCompressor
 
-class Compressor:
-    """Interface: compress(tensor) -> (tensor, ctx); decompress(tensor, ctx) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+__all__ = ["Compression", "Compressor", "FP16Compressor", "NoneCompressor"]
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(HalfCompressorBase):
     """Sends floating-point tensors as float16 and casts the result back."""
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating:
-            return tf.cast(tensor, tf.float16), tensor.dtype
-        return tensor, tensor.dtype
+    half = tf.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        if ctx is not None and ctx.is_floating and tensor.dtype != ctx:
-            return tf.cast(tensor, ctx)
-        return tensor
+    def is_float(dtype):
+        return dtype.is_floating
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
 class Compression:

@@ -2,45 +2,23 @@
 
 import torch
 
+from .._compression import Compressor, HalfCompressorBase, NoneCompressor
 
-class Compressor:
-    """Interface: compress(tensor) -> (tensor, ctx); decompress(tensor, ctx) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+__all__ = ["Compression", "Compressor", "FP16Compressor", "NoneCompressor"]
 
 
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(HalfCompressorBase):
     """Sends floating-point tensors as float16 and casts the result back."""
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point:
-            return tensor.type(torch.float16), tensor.dtype
-        return tensor, tensor.dtype
+    half = torch.float16
 
     @staticmethod
-    def decompress(tensor, ctx):
-        if ctx is not None and ctx.is_floating_point and tensor.dtype != ctx:
-            return tensor.type(ctx)
-        return tensor
+    def is_float(dtype):
+        return dtype.is_floating_point
+
+    @staticmethod
+    def cast(tensor, dtype):
+        return tensor.type(dtype)
 
 
 class Compression:
