@@ -33,6 +33,10 @@ class DataPlane {
   /// Copies `bytes` of `buf` on `root` to every rank.
   virtual Status broadcast(void* buf, int64_t bytes, int root) = 0;
   virtual Status barrier() = 0;
+  /// True when a failed call may leave the other ranks inside the collective (MPI: an error
+  /// returned by a collective leaves the communicator in an unknown state). Such a failure is
+  /// fatal: the job ends (common/fatal.h) instead of waiting for ever.
+  virtual bool failures_are_fatal() const { return false; }
 };
 
 }  // namespace hvd

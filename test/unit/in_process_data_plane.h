@@ -46,6 +46,9 @@ class InProcessDataPlane : public DataPlane {
   /// Makes the `n`-th allreduce (counted from 1; 0: never) throw std::bad_alloc on this rank,
   /// as an allocation in a transport would.
   void throw_bad_alloc_at(uint64_t n) { throw_at_ = n; }
+  /// Makes this plane's failures fatal, as MPI's are.
+  void set_failures_fatal(bool fatal) { fatal_ = fatal; }
+  bool failures_are_fatal() const override { return fatal_; }
 
  private:
   InProcessHub* hub_;
@@ -53,6 +56,7 @@ class InProcessDataPlane : public DataPlane {
   uint64_t allreduces_ = 0;
   uint64_t fail_at_ = 0;
   uint64_t throw_at_ = 0;
+  bool fatal_ = false;
   std::string fail_why_;
 };
 

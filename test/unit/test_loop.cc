@@ -326,6 +326,32 @@ TEST_CASE("loop: a transport failure reaches every rank's handle; the next call 
   CHECK(err.empty());
 }
 
+TEST_CASE("loop: a failure of a data plane whose failures are fatal (MPI) reports it; handles say the job ends", "[loop]") {
+  const int n = 2;
+  InProcessSets sets(n, test_config());
+  for (int r = 0; r < n; ++r) {
+    sets.data(r).set_failures_fatal(true);
+    sets.data(r).fail_allreduce(1, "injected MPI error on rank " + std::to_string(r));
+  }
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<float> b(4, 1.0f);
+    Status s = finish(submit(sets.set(rank), entry(rank, OpType::kAllreduce, "broken", b.data(),
+                                                   DataType::kFloat32, {4}, nullptr)));
+    const std::string want = "allreduce 'broken': injected MPI error on rank " +
+                             std::to_string(rank) +
+                             "; the job ends (an error inside a collective is fatal)";
+    if (s.ok() || s.message() != want) {
+      throw std::runtime_error("got '" + s.message() + "', want '" + want + "'");
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+  CHECK_THAT(pending_fatal(), Catch::Contains("allreduce 'broken': injected MPI error on rank") &&
+                                  Catch::Contains("(in the inproc data plane)"));
+  sets.shutdown();
+  clear_fatal();  // this simulated job is over; the rest of the process runs on
+}
+
 TEST_CASE("loop: a transport that throws fails the batch's handles by name and stops the set", "[loop]") {
   const int n = 2;
   InProcessSets sets(n, test_config());

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_ops.h"
 #include "backends/row_layout.h"
+#include "common/fatal.h"
 
 namespace hvd {
 namespace {
@@ -47,8 +48,14 @@ void CpuTransport::run(Batch b) {
 }
 
 Status CpuTransport::run_batch(Batch& b, std::vector<TensorResult>* results) {
+  Status s = b.fused() ? allreduce_fused(b) : run_one(b, results);
+  if (s.ok() || s.code() != ErrorCode::kBackend || !plane_->failures_are_fatal()) return s;
+  report_fatal(s.message() + " (in the " + plane_->name() + " data plane)");
+  return Status(s.code(), s.message() + "; the job ends (an error inside a collective is fatal)");
+}
+
+Status CpuTransport::run_one(Batch& b, std::vector<TensorResult>* results) {
   const Response& r = b.first();
-  if (b.fused()) return allreduce_fused(b);
   const BatchTensor& t = b.tensors.front();
   Status s;
   switch (r.op) {

@@ -25,7 +25,10 @@ class CpuTransport : public Transport {
   void run(Batch batch) override;
 
  private:
+  /// Runs the batch; a failure of a plane whose failures are fatal is reported as fatal.
   Status run_batch(Batch& b, std::vector<TensorResult>* results);
+  /// One unfused collective; its errors name it and the tensor.
+  Status run_one(Batch& b, std::vector<TensorResult>* results);
   Status reduce_buffer(void* buf, int64_t count, const Response& r);
   Status allreduce_one(Batch& b);
   Status allreduce_fused(Batch& b);

@@ -14,6 +14,7 @@ class MpiDataPlane : public DataPlane {
   /// `comm` (owned by the caller) carries the data; `ctx` provides the reduction operators.
   MpiDataPlane(const MpiContext* ctx, MPI_Comm comm, int64_t chunk_bytes);
   const char* name() const override { return "mpi"; }
+  bool failures_are_fatal() const override { return true; }
   Status allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
   Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
   Status alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
