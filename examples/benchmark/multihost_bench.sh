@@ -8,8 +8,10 @@
 #   /usr/bin/python3 examples/benchmark/plot_bench.py OUTDIR/np4_*.json --markdown
 #
 # Environment: HVD_BENCH (default build/examples/benchmark/hvd_bench), RUNS (3), NPS ("4 2"),
-# BENCH_ARGS (default: the sweep and workloads below), SUBNET_PREFIX (default 10.78.0; only
-# <prefix>.1, .11, .12 are used), TIMEOUT_S (per run, default 900).
+# BENCH_ARGS (default below: a short sweep, and workloads a, c, d with 100 tensors in d),
+# SUBNET_PREFIX (default 10.78.0; only <prefix>.1, .11, .12 are used), TIMEOUT_S (per run,
+# default 900), MPI_ARGS (more mpirun arguments, e.g. "-x HOROVOD_LOG_LEVEL=info").
+# Figures and what they measure: docs/benchmarks.md, "Across hosts".
 # The hosts come from test/multihost/hosts.sh under names of their own (bridge hvdmbbr0,
 # namespaces hvdmb_mb1/2, hosts mb1/mb2), so that the multi-host test (hvdmhbr0, h1/h2,
 # 10.77.0) can run beside it. Everything made here is removed on exit, pass or fail.
@@ -21,7 +23,9 @@ OUTDIR=${1:-multihost_bench_out}
 HVD_BENCH=${HVD_BENCH:-$root/build/examples/benchmark/hvd_bench}
 RUNS=${RUNS:-3}
 NPS=${NPS:-"4 2"}
-BENCH_ARGS=${BENCH_ARGS:-"-o allreduce,allgather,broadcast -b 4 -e 64M -f 16 -W a,c,d"}
+# Few iterations: over TCP with ranks sharing few cores every step costs tens of ms, and the
+# d1 baseline (one MPI_Allreduce per tensor) took ~0.6 s per step with 100 tensors at 4 ranks.
+BENCH_ARGS=${BENCH_ARGS:-"-o allreduce,allgather,broadcast -b 4 -e 64M -f 64 -n 10 -w 2 -W a,c,d --steps 5 --warmup-steps 1 --d-tensors 100"}
 TIMEOUT_S=${TIMEOUT_S:-900}
 PFX=${SUBNET_PREFIX:-10.78.0}
 
@@ -58,6 +62,8 @@ MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none
   --mca plm_rsh_agent "$tmp/agent"
   --mca btl self,vader,tcp
   --mca btl_tcp_if_include "$PFX.0/24" --mca oob_tcp_if_include "$PFX.0/24")
+# shellcheck disable=SC2206
+MPIRUN+=(${MPI_ARGS:-})
 failed=0
 for i in $(seq 1 "$RUNS"); do
   for np in $NPS; do
