@@ -35,6 +35,7 @@ MH_PFX=$PFX
 MH_HOSTS=(mb1 mb2)
 MH_MARK="# horovod_cpp multihost bench $$"
 MH_LOCK=/run/lock/horovod_cpp_multihost_bench.lock
+# shellcheck source=test/multihost/hosts.sh
 . "$root/test/multihost/hosts.sh"
 
 [ "$(id -u)" = 0 ] || { echo "multihost_bench: SKIPPED: needs root (network namespaces)"; exit 77; }
@@ -58,6 +59,7 @@ OUTDIR="$(cd "$OUTDIR" && pwd)"
 echo "multihost_bench: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1); results in $OUTDIR"
 
 # The namespaces share this file system, so the same path to hvd_bench works on both hosts.
+# shellcheck disable=SC2054  # the commas are Open MPI's list syntax
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none
   --mca plm_rsh_agent "$tmp/agent"
   --mca btl self,vader,tcp

@@ -25,6 +25,7 @@ MH_PFX=$PFX
 MH_HOSTS=(h1 h2)
 MH_MARK="# horovod_cpp multihost test $$"
 MH_LOCK=/run/lock/horovod_cpp_multihost.lock
+# shellcheck source=test/multihost/hosts.sh
 . "$here/hosts.sh"  # mh_lock, mh_check_free, mh_up, mh_agent, mh_down
 
 skip() { echo "multihost: SKIPPED: $*"; exit 77; }
