@@ -11,6 +11,7 @@ benchmark prints the workload's table), the resident memory may grow by less tha
   python3 scripts/soak.py                 # 10,000 steps of workload d, 1,000 of workload a
   python3 scripts/soak.py --short         # the CI version (3000 and 20 steps)
   python3 scripts/soak.py --json soak.json
+  python3 scripts/soak.py --self-test     # the check must catch a leak of 8 KiB per step
 
 Growth is measured on the floor of the resident memory: the lowest sample of the last quarter
 of the post-warm-up samples minus the lowest of the first quarter. A workload that allocates and
@@ -167,6 +168,9 @@ def main():
     ap.add_argument('--warmup-fraction', type=float, default=0.25)
     ap.add_argument('--max-rss-growth-kib', type=int, default=1024)
     ap.add_argument('--json', help='write the figures here')
+    ap.add_argument('--self-test', action='store_true',
+                    help='run d with hvd_bench --debug-leak 8K (1000 steps); passes only if '
+                         'every rank breaks the growth limit')
     a = ap.parse_args()
     # The short run must still give enough samples after the warm-up on a fast machine (a
     # step of d can take 1.5 ms): 3000 steps and samples every 0.05 s.
@@ -185,6 +189,11 @@ def main():
         ('resnet50: 161 tensors', ['-o', 'none', '-W', 'a', '--steps', str(resnet),
                                    '--warmup-steps', '3']),
     ]
+    if a.self_test:
+        phases = [('self-test: d leaking 8 KiB per step',
+                   ['-o', 'none', '-W', 'd', '--steps', '1000', '--warmup-steps', '3',
+                    '--debug-leak', '8K'])]
+        a.interval = 0.05
     results = []
     failed = False
     for label, args in phases:
@@ -210,6 +219,14 @@ def main():
     if a.json:
         with open(a.json, 'w') as f:
             json.dump({'np': a.np, 'phases': results}, f, indent=1)
+    if a.self_test:
+        # Every rank kept about 6 MiB more after the warm-up: each must be reported.
+        caught = [rk for rk in results[0]['ranks']
+                  if 'error' not in rk and rk['rss_growth_kib'] >= a.max_rss_growth_kib]
+        ok = results[0]['exit_status'] == 0 and len(caught) == a.np
+        print('# soak self-test', 'OK: the leak was caught on every rank' if ok else
+              'FAILED: the growth check did not catch the leak on every rank')
+        return 0 if ok else 1
     print('# soak', 'FAILED' if failed else 'OK')
     return 1 if failed else 0
 

@@ -38,6 +38,8 @@ void usage(const char* prog) {
       "Output:\n"
       "  --json FILE            also write every figure as JSON (plot with plot_bench.py)\n"
       "  --debug-corrupt        testing only: damage our results; the check must fail\n"
+      "  --debug-leak SIZE      testing only: keep SIZE more bytes at every step of our\n"
+      "                         per-tensor variant of d (scripts/soak.py --self-test)\n"
       "Exit status: 0, or 1 if any result was wrong on any rank, 2 on a bad flag.\n",
       prog);
 }
@@ -98,7 +100,9 @@ Options parse_args(int argc, char** argv, int rank, int* exit_code) {
       if (*end != '\0' || x < 0) fail("bad value '" + v + "' for " + a);
       *dst = static_cast<int>(x);
     };
-    if (a == "-b" || a == "--minbytes") {
+    if (a == "--debug-leak") {
+      if (!parse_size(v, &o.leak_bytes)) fail("bad size '" + v + "'");
+    } else if (a == "-b" || a == "--minbytes") {
       if (!parse_size(v, &o.min_bytes)) fail("bad size '" + v + "'");
     } else if (a == "-e" || a == "--maxbytes") {
       if (!parse_size(v, &o.max_bytes)) fail("bad size '" + v + "'");

@@ -32,6 +32,7 @@ struct Options {
   std::string shapes_file;  ///< ResNet-50 shapes; default: next to the executable
   std::string json_file;
   bool corrupt = false;  ///< testing only: damage our results so the check must fail
+  int64_t leak_bytes = 0;  ///< testing only: bytes kept per step of d (the soak must see it)
 };
 
 /// Parses argv; on --help or a bad flag prints usage (rank 0) and sets *exit_code >= 0.

@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -263,6 +265,7 @@ int64_t workload_d(const Options& o, MPI_Comm comm, Report& rep, TargetFigures* 
   for (size_t k = 0; k < nt; ++k) order[k] = k;
   const float inv = 1.0f / static_cast<float>(rep.n);
   Ours ours("d.tiny", ours_t, order);
+  std::vector<std::unique_ptr<char[]>> leaked;  // --debug-leak only
   fill(ours_t, rep.rank);
   ours.per_tensor();
   int64_t wrong = count_wrong(ours_t, rep.n);
@@ -271,7 +274,13 @@ int64_t workload_d(const Options& o, MPI_Comm comm, Report& rep, TargetFigures* 
   wrong = sum_over_ranks(comm, wrong + count_wrong(ours_t, rep.n));
   fill(mpi_t, rep.rank);
   std::vector<Variant> vs = {
-      {"hvd: " + std::to_string(nt) + " x allreduce_async", [&] { ours.per_tensor(); }},
+      {"hvd: " + std::to_string(nt) + " x allreduce_async", [&] {
+         ours.per_tensor();
+         if (o.leak_bytes > 0) {  // --debug-leak: memory held until exit, touched so it counts
+           leaked.emplace_back(new char[static_cast<size_t>(o.leak_bytes)]);
+           std::memset(leaked.back().get(), 1, static_cast<size_t>(o.leak_bytes));
+         }
+       }},
       {"hvd: grouped_allreduce_async", [&] { ours.grouped(); }},
       {"mpi d1: " + std::to_string(nt) + " x MPI_Allreduce", [&] {
          for (auto& t : mpi_t) {
