@@ -38,22 +38,10 @@ MH_LOCK=/run/lock/horovod_cpp_multihost_bench.lock
 # shellcheck source=test/multihost/hosts.sh
 . "$root/test/multihost/hosts.sh"
 
-[ "$(id -u)" = 0 ] || { echo "multihost_bench: SKIPPED: needs root (network namespaces)"; exit 77; }
-command -v ip >/dev/null && command -v unshare >/dev/null || { echo "multihost_bench: SKIPPED: needs ip and unshare"; exit 77; }
+mh_require multihost_bench
 [ -x "$HVD_BENCH" ] || { echo "multihost_bench: no $HVD_BENCH (build hvd_bench or set HVD_BENCH)"; exit 1; }
-mh_lock 60 || { echo "multihost_bench: another benchmark holds $MH_LOCK"; exit 1; }
-
-cleanup() {
-  mh_down
-  [ -n "${tmp:-}" ] && rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-mh_check_free || exit 1
-tmp="$(mktemp -d /tmp/hvd_multihost_bench.XXXXXX)"
-mh_up || exit 1
-mh_agent "$tmp/agent"
+mh_start multihost_bench 60
+tmp=$MH_TMP
 mkdir -p "$OUTDIR"
 OUTDIR="$(cd "$OUTDIR" && pwd)"
 echo "multihost_bench: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1); results in $OUTDIR"

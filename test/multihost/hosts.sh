@@ -21,7 +21,11 @@
 #                       inside; 1 on the first failure)
 #   mh_agent FILE       write the rsh agent to FILE
 #   mh_down             remove everything mh_up made (safe to call at any point, twice too)
-# Callers: `trap mh_down EXIT` before mh_up.
+#   mh_require WHO      exit 77 (skipped, "WHO: SKIPPED: ...") unless root with ip and unshare
+#   mh_start WHO [SECONDS]
+#                       the whole start: mh_lock (exit 1 if taken), a trap that runs mh_down
+#                       and removes MH_TMP on exit, mh_check_free, MH_TMP (a temporary
+#                       folder), mh_up, and the rsh agent at $MH_TMP/agent; exit 1 on failure
 
 mh_lock() {
   exec 9>"$MH_LOCK"
@@ -83,4 +87,26 @@ mh_down() {
   ip link del "$MH_BR" 2>/dev/null
   sed -i "/$MH_MARK\$/d" /etc/hosts
   return 0
+}
+
+mh_require() {
+  [ "$(id -u)" = 0 ] || { echo "$1: SKIPPED: needs root (network namespaces)"; exit 77; }
+  command -v ip >/dev/null && command -v unshare >/dev/null ||
+    { echo "$1: SKIPPED: needs ip and unshare"; exit 77; }
+}
+
+mh_cleanup() {
+  mh_down
+  [ -n "${MH_TMP:-}" ] && rm -rf "$MH_TMP"
+  return 0
+}
+
+mh_start() {
+  mh_lock "${2:-600}" || { echo "$1: another user of these hosts holds $MH_LOCK"; exit 1; }
+  trap mh_cleanup EXIT
+  trap 'exit 1' INT TERM
+  mh_check_free || exit 1
+  MH_TMP="$(mktemp -d "/tmp/$1.XXXXXX")"
+  mh_up || exit 1
+  mh_agent "$MH_TMP/agent"
 }

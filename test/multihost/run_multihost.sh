@@ -26,28 +26,13 @@ MH_HOSTS=(h1 h2)
 MH_MARK="# horovod_cpp multihost test $$"
 MH_LOCK=/run/lock/horovod_cpp_multihost.lock
 # shellcheck source=test/multihost/hosts.sh
-. "$here/hosts.sh"  # mh_lock, mh_check_free, mh_up, mh_agent, mh_down
+. "$here/hosts.sh"  # mh_require, mh_start (and the rest)
 
-skip() { echo "multihost: SKIPPED: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null && command -v unshare >/dev/null || skip "needs ip and unshare"
+mh_require multihost
 "$PYTHON" -c "import horovod_cpp.runner" 2>/dev/null || { echo "multihost: $PYTHON cannot import horovod_cpp"; exit 1; }
-
 # One multi-host test at a time on this machine (other checkouts may run theirs).
-mh_lock 600 || { echo "multihost: another multi-host test holds the lock"; exit 1; }
-
-cleanup() {
-  mh_down
-  [ -n "${tmp:-}" ] && rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-mh_check_free || exit 1
-
-tmp="$(mktemp -d /tmp/hvd_multihost.XXXXXX)"
-mh_up || exit 1
-mh_agent "$tmp/agent"
+mh_start multihost 600
+tmp=$MH_TMP
 
 echo "multihost: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1)"
 cd "$root"
