@@ -147,6 +147,7 @@ class Submission {
     auto state = std::make_shared<detail::HandleState>(
         unnamed_.empty() ? handle_name : entries_.front().request.name,
         static_cast<int>(entries_.size()));
+    state->set_driver(set_);  // an untimed wait runs the set's cycles itself
     const int64_t now = rt_->timeline()->enabled() ? now_us() : 0;
     for (auto& e : entries_) {
       e.handle = state;

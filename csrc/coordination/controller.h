@@ -31,7 +31,7 @@
 // tensors submitted by some ranks but not all for HOROVOD_STALL_CHECK_TIME_SECONDS are logged
 // with the missing ranks, and after HOROVOD_STALL_SHUTDOWN_TIME_SECONDS the job shuts down.
 //
-// Threading: a Controller is used by one thread only (the background thread).
+// Threading: a Controller is used by one thread at a time (whichever holds its set's cycle lock).
 #pragma once
 
 #include <algorithm>

@@ -32,16 +32,39 @@ struct WaitingThread {  // counts this thread in g_threads_waiting while it live
 
 int threads_waiting() { return g_threads_waiting.load(std::memory_order_relaxed); }
 
+void HandleState::drive() {
+  std::shared_ptr<CycleDriver> d = driver_.lock();
+  if (!d) return;
+  d->begin_driving();
+  while (!done() && d->try_drive() == CycleDriver::Drive::kRan) {
+  }
+  d->end_driving();
+}
+
 bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
   if (done()) return true;
   WaitingThread counted;
+  const bool untimed = deadline == std::chrono::steady_clock::time_point::max();
+  // The caller runs the cycles itself while it can: no hand-off to the background thread and
+  // no wake-up back. When another thread holds the cycle (or nothing is left to negotiate on
+  // this rank), it falls back to waiting for whoever completes the handle.
+  if (untimed) drive();
   // A short spin first: small collectives finish within microseconds, and a futex sleep and
   // wake would cost more than the collective itself.
-  const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+  auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
   while (!done()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= spin_end || now >= deadline) break;
     std::this_thread::yield();
+    if (untimed && !done()) {
+      // The thread that held the cycle may be done with it while this handle still needs
+      // another (its tensor was not ready on every rank yet).
+      std::shared_ptr<CycleDriver> d = driver_.lock();
+      if (d && d->try_drive() == CycleDriver::Drive::kRan) {
+        drive();
+        spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+      }
+    }
   }
   if (done()) return true;
   std::unique_lock<std::mutex> lk(mu_);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,11 +24,35 @@ namespace detail {
 /// finish and take it in one cycle) from a caller blocked on a result (run at once).
 int threads_waiting();
 
+/// Lets a thread that waits on a handle run its process set's negotiation cycles itself,
+/// instead of handing the work to the set's background thread and being woken by it: two
+/// thread hand-offs (each a context switch when threads outnumber cores) are most of the
+/// cost of a small collective. Implemented by the process set.
+class CycleDriver {
+ public:
+  enum class Drive {
+    kRan,     ///< this thread ran one cycle
+    kBusy,    ///< another thread is running a cycle now
+    kIdle,    ///< this rank has nothing in flight (the handle completes elsewhere)
+    kStopped  ///< the set has stopped
+  };
+  virtual ~CycleDriver() = default;
+  /// Runs one cycle on the calling thread if no other thread runs one and this rank has work
+  /// in flight. Never throws: a failure stops the set and fails its pending handles.
+  virtual Drive try_drive() = 0;
+  /// Brackets a waiting thread's attempts to drive: while any thread drives, the background
+  /// thread leaves the cycles to it, and takes over again when the last one stops.
+  virtual void begin_driving() = 0;
+  virtual void end_driving() = 0;
+};
+
 class HandleState {
  public:
   HandleState(std::string name, int parts) : name_(std::move(name)), remaining_(parts), parts_(parts) {}
 
   const std::string& name() const { return name_; }
+  /// The set whose cycles an untimed wait may run (before the handle is published).
+  void set_driver(std::weak_ptr<CycleDriver> driver) { driver_ = std::move(driver); }
   bool done() const { return done_.load(std::memory_order_acquire); }
 
   /// Completes one part; the whole once every part has completed.
@@ -48,7 +73,9 @@ class HandleState {
   /// A scalar outcome (join: the last rank to join).
   void set_value(int64_t v) { value_ = v; }
 
-  /// Waits until done or `deadline`; false on expiry.
+  /// Waits until done or `deadline`; false on expiry. An untimed wait (deadline max) runs the
+  /// set's cycles on this thread while it can (CycleDriver); a timed one never does, since a
+  /// cycle waits for the other ranks and could overrun the deadline.
   bool wait_until(std::chrono::steady_clock::time_point deadline);
   void wait();
   /// Valid once done().
@@ -58,7 +85,11 @@ class HandleState {
   int64_t value() const { return value_; }
 
  private:
+  /// Runs cycles until done or the driver cannot (busy, idle, stopped).
+  void drive();
+
   std::string name_;
+  std::weak_ptr<CycleDriver> driver_;  // written before the handle is published
   std::mutex mu_;
   std::condition_variable cv_;
   int remaining_;

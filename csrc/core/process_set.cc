@@ -84,19 +84,22 @@ void ProcessSetState::run_thread() {
   try {
     loop();
   } catch (...) {
-    // Out of memory in a buffer, a transport's exception: without this, std::terminate would
-    // end the process with a message that names neither the set nor the work. The other
-    // members may be waiting in a collective this rank left, so it is fatal (the job ends
-    // after the grace, common/fatal.h); this rank's pending work fails now.
-    const std::string what = describe_current_exception();
-    const std::string where = "process set " + std::to_string(id_) + " (global ranks " +
-                              ranks_str() + "): the background thread of global rank " +
-                              std::to_string(global_ranks_[static_cast<size_t>(rank_)]) +
-                              " failed: " + what;
-    HVD_LOG(kError) << where;
-    report_fatal(where);
-    stop(Status::Backend("horovod_cpp stopped: " + where));
+    fail_thread("the background thread of global rank " +
+                std::to_string(global_ranks_[static_cast<size_t>(rank_)]) +
+                " failed: " + describe_current_exception());
   }
+}
+
+// Out of memory in a buffer, a transport's exception: without this, std::terminate would end
+// the process with a message that names neither the set nor the work. The other members may
+// be waiting in a collective this rank left, so it is fatal (the job ends after the grace,
+// common/fatal.h); this rank's pending work fails now.
+void ProcessSetState::fail_thread(const std::string& what) {
+  const std::string where =
+      "process set " + std::to_string(id_) + " (global ranks " + ranks_str() + "): " + what;
+  HVD_LOG(kError) << where;
+  report_fatal(where);
+  stop(Status::Backend("horovod_cpp stopped: " + where));
 }
 
 ProcessSetState::~ProcessSetState() {
@@ -224,16 +227,12 @@ void ProcessSetState::loop() {
 #endif
   // The idle heartbeat starts at HOROVOD_CYCLE_TIME and doubles while nothing happens, up to
   // 32 times that: an idle job costs almost no CPU, and work still wakes the thread at once.
-  auto base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
-  auto idle = base_idle;
-  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
-                           std::vector<bool>* present) { take_entries(rs, es, present); };
-  std::unordered_map<std::string, int64_t> negotiating;  // timeline: name -> start (us)
-  while (true) {
-    std::vector<Request> incoming;
-    bool shutdown;
-    bool traced = false;
+  using ms = std::chrono::duration<double, std::milli>;
+  auto idle = ms(cycle_time_ms_.load());
+  while (!stopped_.load()) {
+    const auto base_idle = ms(cycle_time_ms_.load());  // the autotuner may change it
     if (has_new_.load(std::memory_order_acquire)) settle();
+    bool for_work;  // false: the idle heartbeat, a cycle that other ranks' cycles may need
     {
       std::unique_lock<std::mutex> lk(mu_);
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
@@ -265,72 +264,149 @@ void ProcessSetState::loop() {
       } else {
         idle = base_idle;
       }
-      has_new_.store(false, std::memory_order_relaxed);
-      incoming.swap(new_requests_);
-      shutdown = shutdown_requested_;
-      traced = timeline_ && timeline_->enabled();  // after the wait: it may have just started
-      if (traced) {
-        const int64_t now = now_us();
-        for (const Request& q : incoming) {
-          auto it = table_.find(q.name);
-          if (it != table_.end() && it->second.enqueue_us > 0) {
-            timeline_->phase(q.name, "QUEUE", it->second.enqueue_us, now);
-          }
-          negotiating[q.name] = now;
-        }
+      // A user thread waiting on a handle runs the cycles itself (try_drive()): leave them to
+      // it, and take over when it stops (end_driving() wakes this thread) or on the heartbeat.
+      if (drivers_.load(std::memory_order_acquire) > 0 && !shutdown_requested_) {
+        parked_ = true;
+        cv_.wait_for(lk, base_idle, [this] {
+          return drivers_.load(std::memory_order_acquire) == 0 || shutdown_requested_;
+        });
+        parked_ = false;
+        continue;
       }
+      for_work = has_work_locked();
     }
-    CycleResult result;
-    if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
-    Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
-    if (!s.ok()) {
-      HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
-      const Status why =
-          Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());
-      // The other members may be waiting in a negotiation step this rank left: fatal.
-      report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
-                   "): " + why.message());
-      stop(why);
-      return;
+    std::lock_guard<std::mutex> cl(cycle_mu_);
+    if (stopped_.load()) return;
+    if (for_work) {
+      // A user thread may have run the cycles this work needed while we waited for the lock.
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!has_work_locked()) continue;
     }
+    if (!guarded_cycle()) return;
+  }
+}
+
+namespace {
+// The cycle this thread is running, if any: a wait inside a cycle (none today) must not try
+// to run another, which would lock cycle_mu_ twice.
+thread_local bool t_in_cycle = false;
+struct InCycle {
+  InCycle() { t_in_cycle = true; }
+  ~InCycle() { t_in_cycle = false; }
+};
+}  // namespace
+
+bool ProcessSetState::guarded_cycle() {
+  InCycle in_cycle;
+  try {
+    return cycle();
+  } catch (...) {
+    fail_thread("a cycle run by " +
+                std::string(std::this_thread::get_id() == thread_.get_id()
+                                ? "the background thread"
+                                : "a user thread waiting on a handle") +
+                " of global rank " + std::to_string(global_ranks_[static_cast<size_t>(rank_)]) +
+                " failed: " + describe_current_exception());
+    return false;
+  }
+}
+
+bool ProcessSetState::cycle() {
+  std::vector<Request> incoming;
+  bool shutdown;
+  bool traced = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    has_new_.store(false, std::memory_order_relaxed);
+    incoming.swap(new_requests_);
+    shutdown = shutdown_requested_;
+    traced = timeline_ && timeline_->enabled();  // now: it may have just started
     if (traced) {
       const int64_t now = now_us();
-      for (const Response& r : result.responses) {
-        auto it = negotiating.find(r.name);
-        if (it == negotiating.end()) continue;
-        timeline_->phase(r.name, "NEGOTIATE", it->second, now,
-                         std::string("\"cached\":") + (result.full_cycle ? "false" : "true"));
-        negotiating.erase(it);
+      for (const Request& q : incoming) {
+        auto it = table_.find(q.name);
+        if (it != table_.end() && it->second.enqueue_us > 0) {
+          timeline_->phase(q.name, "QUEUE", it->second.enqueue_us, now);
+        }
+        negotiating_[q.name] = now;
       }
-    } else if (!negotiating.empty()) {
-      negotiating.clear();
-    }
-    // joined() is read before executing: the join response itself clears it.
-    const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
-        result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
-    executor_->execute(result.responses, take, joined);
-    if (autotuner_ && !autotuner_->done()) {
-      int64_t bytes = 0;
-      for (const Response& r : result.responses) {
-        if (r.op == OpType::kAllreduce && r.ok()) bytes += r.nbytes_for_rank(rank_);
-      }
-      const double now_s = static_cast<double>(now_us()) * 1e-6;
-      Status t = autotuner_->after_cycle(bytes, now_s);
-      if (!t.ok()) {
-        stop(Status::Backend("horovod_cpp stopped: autotune failed: " + t.message()));
-        return;
-      }
-      base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
-    }
-    if (result.shutdown) {
-      if (result.fatal) {
-        report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
-                     "): " + result.shutdown_reason);
-      }
-      stop(Status::Shutdown(result.shutdown_reason));
-      return;
     }
   }
+  CycleResult result;
+  if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
+  Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
+  if (!s.ok()) {
+    HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
+    const Status why = Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());
+    // The other members may be waiting in a negotiation step this rank left: fatal.
+    report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
+                 "): " + why.message());
+    stop(why);
+    return false;
+  }
+  if (traced) {
+    const int64_t now = now_us();
+    for (const Response& r : result.responses) {
+      auto it = negotiating_.find(r.name);
+      if (it == negotiating_.end()) continue;
+      timeline_->phase(r.name, "NEGOTIATE", it->second, now,
+                       std::string("\"cached\":") + (result.full_cycle ? "false" : "true"));
+      negotiating_.erase(it);
+    }
+  } else if (!negotiating_.empty()) {
+    negotiating_.clear();
+  }
+  // joined() is read before executing: the join response itself clears it.
+  const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
+      result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
+  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
+                           std::vector<bool>* present) { take_entries(rs, es, present); };
+  executor_->execute(result.responses, take, joined);
+  if (autotuner_ && !autotuner_->done()) {
+    int64_t bytes = 0;
+    for (const Response& r : result.responses) {
+      if (r.op == OpType::kAllreduce && r.ok()) bytes += r.nbytes_for_rank(rank_);
+    }
+    const double now_s = static_cast<double>(now_us()) * 1e-6;
+    Status t = autotuner_->after_cycle(bytes, now_s);
+    if (!t.ok()) {
+      stop(Status::Backend("horovod_cpp stopped: autotune failed: " + t.message()));
+      return false;
+    }
+  }
+  if (result.shutdown) {
+    if (result.fatal) {
+      report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
+                   "): " + result.shutdown_reason);
+    }
+    stop(Status::Shutdown(result.shutdown_reason));
+    return false;
+  }
+  return true;
+}
+
+detail::CycleDriver::Drive ProcessSetState::try_drive() {
+  if (t_in_cycle) return Drive::kBusy;
+  std::unique_lock<std::mutex> cl(cycle_mu_, std::try_to_lock);
+  if (!cl.owns_lock()) return Drive::kBusy;
+  if (stopped_.load()) return Drive::kStopped;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!has_work_locked()) return Drive::kIdle;
+  }
+  return guarded_cycle() ? Drive::kRan : Drive::kStopped;
+}
+
+void ProcessSetState::begin_driving() { drivers_.fetch_add(1, std::memory_order_acq_rel); }
+
+void ProcessSetState::end_driving() {
+  if (drivers_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The last driver stopped: the background thread takes over what is left (under mu_, so a
+  // thread about to park cannot miss it). With nothing left it need not wake: its park ends
+  // on the heartbeat anyway, and a wake-up would cost this thread a system call.
+  std::lock_guard<std::mutex> lk(mu_);
+  if ((parked_ || sleeping_) && has_work_locked()) cv_.notify_one();
 }
 
 void ProcessSetState::stop(const Status& why) {
@@ -341,6 +417,7 @@ void ProcessSetState::stop(const Status& why) {
     stopped_ = true;
     orphans.swap(table_);
     new_requests_.clear();
+    cv_.notify_all();  // the background thread exits (a user thread may have run the last cycle)
   }
   for (auto& [name, e] : orphans) {
     e.handle->complete(Status(why.code(), std::string(op_type_name(e.request.op)) + " '" + name +

@@ -6,9 +6,13 @@
 // executor and background thread, so one set's stall or slow collective
 // never holds up another set's work. Set 0 holds every rank.
 //
-// Threads: user threads call enqueue() (any number, concurrently); the set's background thread
-// runs loop(). They share only `mu_`-guarded state: table_, new_requests_, the shutdown flag
-// and the stop status. Everything else is the background thread's alone.
+// Threads: user threads call enqueue() (any number, concurrently). A cycle (take the new
+// requests, negotiate, execute) is run by whichever thread holds `cycle_mu_`: the set's
+// background thread (loop()), or a user thread waiting on one of this set's handles
+// (try_drive(), through detail::CycleDriver), which saves the two thread hand-offs of a
+// small collective. `mu_` guards what user threads share with the cycle: table_,
+// new_requests_, the shutdown flag and the stop status. The controller, executor, autotuner
+// and timeline bookkeeping belong to the holder of `cycle_mu_`.
 #pragma once
 
 #include <atomic>
@@ -32,12 +36,12 @@ namespace hvd {
 
 class Timeline;
 
-class ProcessSetState {
+class ProcessSetState : public detail::CycleDriver {
  public:
   /// Takes ownership of `planes` (this rank must be a member) and starts the background thread.
   ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank,
                   std::unique_ptr<SetPlanes> planes, const Config& config, Timeline* timeline);
-  ~ProcessSetState();
+  ~ProcessSetState() override;
   ProcessSetState(const ProcessSetState&) = delete;
   ProcessSetState& operator=(const ProcessSetState&) = delete;
 
@@ -68,8 +72,22 @@ class ProcessSetState {
   bool running() const { return !stopped_.load(); }
   std::string stop_reason() const;
 
+  // detail::CycleDriver: a thread waiting on one of this set's handles runs cycles itself.
+  Drive try_drive() override;
+  void begin_driving() override;
+  void end_driving() override;
+
  private:
   void loop();
+  /// One cycle, with `cycle_mu_` held. False once the set has stopped (shutdown, failure).
+  bool cycle();
+  /// cycle(), with an exception turned into a fatal stop of the set (never throws).
+  bool guarded_cycle();
+  void fail_thread(const std::string& what);
+  /// True when this rank has requests to negotiate or tensors in flight (mu_ held).
+  bool has_work_locked() const {
+    return !new_requests_.empty() || !table_.empty() || shutdown_requested_;
+  }
   void run_thread();  ///< the thread's body: loop(), and a fatal stop if anything throws
   void settle() const;
   void stop(const Status& why);
@@ -86,7 +104,11 @@ class ProcessSetState {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE, global set only
-  double cycle_time_ms_;                  // background thread; the autotuner may change it
+  std::atomic<double> cycle_time_ms_;     // the autotuner may change it (in a cycle)
+
+  std::mutex cycle_mu_;  // held while running a cycle, by the background or a user thread
+  std::unordered_map<std::string, int64_t> negotiating_;  // cycle_mu_: timeline, name -> start
+  std::atomic<int> drivers_{0};  // user threads trying to drive cycles (try_drive())
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -94,6 +116,9 @@ class ProcessSetState {
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)
+  // Guarded by mu_: the thread waits on cv_ while user threads drive the cycles; new work
+  // needs no wake-up then (a driver takes it), only the last driver's end_driving().
+  bool parked_ = false;
   // Set with new_requests_ (under mu_), read without it by the idle thread's poll.
   std::atomic<bool> has_new_{false};
   std::atomic<uint64_t> enqueued_{0};  // submissions so far (the settle wait watches it)

@@ -24,6 +24,7 @@ void copy_out(const std::string& s, void* out) {
 }  // namespace
 
 Status InProcessDataPlane::allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  last_thread_ = std::this_thread::get_id();
   if (++allreduces_ == fail_at_) return Status::Backend(fail_why_);
   if (allreduces_ == throw_at_) throw std::bad_alloc();
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
@@ -158,7 +159,7 @@ InProcessSets::InProcessSets(int n, const Config& config, bool small_first, int6
     auto data = std::make_unique<InProcessDataPlane>(&data_hub_, r);
     data_.push_back(data.get());
     planes->transports->add(std::make_unique<CpuTransport>(std::move(data), layout));
-    sets_.push_back(std::make_unique<ProcessSetState>(0, ranks, r, std::move(planes), config, nullptr));
+    sets_.push_back(std::make_shared<ProcessSetState>(0, ranks, r, std::move(planes), config, nullptr));
   }
 }
 

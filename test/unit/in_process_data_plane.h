@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/cpu/cpu_transport.h"
@@ -38,6 +39,8 @@ class InProcessDataPlane : public DataPlane {
 
   /// Allreduce calls so far (read after the set's thread stopped).
   uint64_t allreduces() const { return allreduces_; }
+  /// The thread that ran the last allreduce (read after its handle completed).
+  std::thread::id last_allreduce_thread() const { return last_thread_; }
   /// Makes the `n`-th allreduce (counted from 1; 0: never) fail on this rank with `why`.
   void fail_allreduce(uint64_t n, std::string why) {
     fail_at_ = n;
@@ -54,6 +57,7 @@ class InProcessDataPlane : public DataPlane {
   InProcessHub* hub_;
   int rank_;
   uint64_t allreduces_ = 0;
+  std::thread::id last_thread_;
   uint64_t fail_at_ = 0;
   uint64_t throw_at_ = 0;
   bool fatal_ = false;
@@ -87,6 +91,8 @@ class InProcessSets {
 
   int size() const { return n_; }
   ProcessSetState& set(int rank) { return *sets_[static_cast<size_t>(rank)]; }
+  /// The same, shared: a handle's cycle driver (detail::CycleDriver) holds it weakly.
+  std::shared_ptr<ProcessSetState> shared(int rank) { return sets_[static_cast<size_t>(rank)]; }
   InProcessDataPlane& data(int rank) { return *data_[static_cast<size_t>(rank)]; }
   InProcessDataPlane& small(int rank) { return *small_[static_cast<size_t>(rank)]; }
   InProcessControlPlane& control(int rank) { return *control_[static_cast<size_t>(rank)]; }
@@ -98,7 +104,7 @@ class InProcessSets {
   InProcessHub control_hub_, data_hub_, small_hub_;
   std::vector<InProcessControlPlane*> control_;
   std::vector<InProcessDataPlane*> data_, small_;
-  std::vector<std::unique_ptr<ProcessSetState>> sets_;
+  std::vector<std::shared_ptr<ProcessSetState>> sets_;
 };
 
 /// Runs `body(rank)` on n threads and returns the first failure (exceptions included), or "".

@@ -119,6 +119,62 @@ TEST_CASE("loop: allreduces submitted in different orders complete with the righ
   CHECK(err.empty());
 }
 
+TEST_CASE("loop: a caller waiting without a deadline runs the cycles itself", "[loop]") {
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  const int kRounds = 40, kLen = 9;
+  const std::string err = on_ranks(n, [&](int rank) {
+    int on_caller = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<float> b(kLen);
+      for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, round, i);
+      auto h = std::make_shared<detail::HandleState>("step", 1);
+      h->set_driver(sets.shared(rank));
+      // Ranks submit out of step, so some cycles find the tensor ready on this rank only and
+      // the caller must run more than one.
+      if ((round + rank) % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+      submit(sets.set(rank), entry(rank, OpType::kAllreduce, "step", b.data(),
+                                   DataType::kFloat32, {kLen}, h));
+      h->wait();  // untimed: may drive
+      throw_if_error(h->status());
+      if (sets.data(rank).last_allreduce_thread() == std::this_thread::get_id()) ++on_caller;
+      check_all("step " + std::to_string(round), b.data(), kLen, [&](int64_t i) {
+        float s = 0;
+        for (int r = 0; r < n; ++r) s += value(r, round, static_cast<int>(i));
+        return s;
+      });
+    }
+    // The point of driving: the collective ran on the waiting thread, not the set's thread
+    // (which may still win the race now and then).
+    if (on_caller == 0) {
+      throw std::runtime_error("rank " + std::to_string(rank) +
+                               ": no allreduce ran on the waiting thread");
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: a driving caller and a shutdown from another rank: the handle fails, nobody hangs", "[loop]") {
+  const int n = 2;
+  InProcessSets sets(n, test_config());
+  std::vector<float> b(4, 1.0f);
+  auto h = std::make_shared<detail::HandleState>("never", 1);
+  h->set_driver(sets.shared(0));
+  submit(sets.set(0), entry(0, OpType::kAllreduce, "never", b.data(), DataType::kFloat32, {4}, h));
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    sets.set(1).request_shutdown();
+  });
+  h->wait();  // runs rank 0's cycles until the shutdown arrives
+  other.join();
+  CHECK(h->status().code() == ErrorCode::kShutdown);
+  INFO(h->status().message());
+  CHECK(h->status().message().find("'never'") != std::string::npos);
+  sets.shutdown();
+  CHECK_FALSE(sets.set(0).running());
+}
+
 TEST_CASE("loop: allgather, broadcast, alltoall, reducescatter, barrier through the registry", "[loop]") {
   const int n = GENERATE(2, 3);
   InProcessSets sets(n, test_config());
