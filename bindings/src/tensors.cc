@@ -130,7 +130,11 @@ py::object attr_of(py::handle obj, PyObject* name) {
 }
 
 py::object call_method0(py::handle obj, PyObject* name) {
-  return steal_or_throw(PyObject_CallMethodObjArgs(obj.ptr(), name, nullptr));
+  // Vectorcall: no bound-method object is made for the call. args[0] is the spare slot that
+  // PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use.
+  PyObject* args[2] = {nullptr, obj.ptr()};
+  return steal_or_throw(
+      PyObject_VectorcallMethod(name, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
 }
 
 /// torch.dtype object -> DataType. torch's dtype objects are singletons, so a handful of
