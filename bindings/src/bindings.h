@@ -26,6 +26,21 @@ void register_handles(py::module_& m);
 void register_collectives(py::module_& m);
 void register_process_sets(py::module_& m);
 void register_handle_table(py::module_& m);
+void register_torch_fast(py::module_& m);
+
+// ---- errors.cc ---------------------------------------------------------------------------
+/// For plain CPython functions (torch_fast.cc, handle_table.cc), called inside a catch block:
+/// sets the Python error of the exception being handled exactly as a pybind11 function would
+/// (hvd::Error by its code, py::error_already_set restored) and returns nullptr.
+PyObject* raise_current_exception();
+
+/// Adds `def` (static storage) to `m` as a plain CPython function: no pybind11 dispatcher, for
+/// the calls made once per tensor per step.
+inline void add_raw_function(py::module_& m, PyMethodDef* def) {
+  PyObject* f = PyCFunction_NewEx(def, nullptr, m.attr("__name__").ptr());
+  if (f == nullptr) throw py::error_already_set();
+  m.add_object(def->ml_name, py::reinterpret_steal<py::object>(f));
+}
 
 // ---- tensors.cc --------------------------------------------------------------------------
 /// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous CPU torch tensor
@@ -41,6 +56,10 @@ hvd::TensorView view_of(py::handle obj, bool writable, const char* role);
 /// other case (another device, sparse, unsupported dtype) goes through view_of() and raises
 /// its errors, naming `role`.
 bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v);
+
+/// The view of `t` when it is a dense, contiguous CPU torch tensor of a supported dtype (the
+/// reads of torch_fast_view); false, viewing nothing and raising nothing, for any other tensor.
+bool torch_plain_view(py::handle t, hvd::TensorView* v);
 
 /// A numpy array sharing the storage of `t` (kept alive by the array). bfloat16, which numpy
 /// lacks, comes back as int16 holding the raw bits.

@@ -62,4 +62,21 @@ void register_errors(py::module_& m) {
   });
 }
 
+PyObject* raise_current_exception() {
+  try {
+    throw;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (...) {
+    // The translators pybind11's own dispatcher applies (register_errors()'s among them).
+    if (!py::detail::apply_exception_translators(
+            py::detail::get_local_internals().registered_exception_translators) &&
+        !py::detail::apply_exception_translators(
+            py::detail::get_internals().registered_exception_translators)) {
+      PyErr_SetString(PyExc_SystemError, "horovod_cpp: an unknown C++ exception escaped");
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace hvdpy

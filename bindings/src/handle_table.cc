@@ -170,6 +170,20 @@ py::list synchronize_all(py::sequence handles) {
   return out;
 }
 
+/// torch_handle_synchronize as a plain METH_O function (once per tensor per step).
+PyObject* synchronize_raw(PyObject*, PyObject* handle) {
+  try {
+    return synchronize(handle).release().ptr();
+  } catch (...) {
+    return raise_current_exception();
+  }
+}
+
+PyMethodDef g_synchronize = {
+    "torch_handle_synchronize", &synchronize_raw, METH_O,
+    "torch_handle_synchronize(handle)\n--\n\nWaits for an integer handle (GIL released) and "
+    "returns its output; None for an unknown handle. The handle is consumed."};
+
 }  // namespace
 
 long long add_fast_handle(hvd::Handle handle, py::object keep, py::object result) {
@@ -186,9 +200,7 @@ void register_handle_table(py::module_& m) {
       },
       py::arg("native"), py::arg("finish"),
       "Stores a Handle and finish(handle) -> output; returns the new integer handle.");
-  m.def("torch_handle_synchronize", &synchronize, py::arg("handle"),
-        "Waits for an integer handle (GIL released) and returns its output; None for an "
-        "unknown handle. The handle is consumed.");
+  add_raw_function(m, &g_synchronize);
   m.def("torch_handle_synchronize_all", &synchronize_all, py::arg("handles"),
         "Waits for every integer handle (GIL released once) and returns their outputs in "
         "order (None for unknown ones). All are consumed; the first failure is raised after "

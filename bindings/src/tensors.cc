@@ -40,17 +40,26 @@ hvd::DataType numpy_dtype(const py::dtype& dt, const char* role) {
           " (supported: bool, uint8, int8, int16, int32, int64, float16, float32, float64)");
 }
 
+/// The DataType of a torch dtype name; false for a dtype horovod_cpp does not support.
+bool torch_dtype_of(const std::string& name, hvd::DataType* out) {
+  static const std::pair<const char*, hvd::DataType> kTable[] = {
+      {"torch.uint8", hvd::DataType::kUInt8},     {"torch.int8", hvd::DataType::kInt8},
+      {"torch.int16", hvd::DataType::kInt16},     {"torch.int32", hvd::DataType::kInt32},
+      {"torch.int64", hvd::DataType::kInt64},     {"torch.float16", hvd::DataType::kFloat16},
+      {"torch.bfloat16", hvd::DataType::kBFloat16}, {"torch.float32", hvd::DataType::kFloat32},
+      {"torch.float64", hvd::DataType::kFloat64}, {"torch.bool", hvd::DataType::kBool}};
+  for (const auto& [n, dt] : kTable) {
+    if (name == n) {
+      *out = dt;
+      return true;
+    }
+  }
+  return false;
+}
+
 hvd::DataType torch_dtype(const std::string& name, const char* role) {
-  if (name == "torch.uint8") return hvd::DataType::kUInt8;
-  if (name == "torch.int8") return hvd::DataType::kInt8;
-  if (name == "torch.int16") return hvd::DataType::kInt16;
-  if (name == "torch.int32") return hvd::DataType::kInt32;
-  if (name == "torch.int64") return hvd::DataType::kInt64;
-  if (name == "torch.float16") return hvd::DataType::kFloat16;
-  if (name == "torch.bfloat16") return hvd::DataType::kBFloat16;
-  if (name == "torch.float32") return hvd::DataType::kFloat32;
-  if (name == "torch.float64") return hvd::DataType::kFloat64;
-  if (name == "torch.bool") return hvd::DataType::kBool;
+  hvd::DataType dt;
+  if (torch_dtype_of(name, &dt)) return dt;
   invalid(std::string(role) + ": unsupported torch dtype " + name +
           " (supported: bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, "
           "float64)");
@@ -121,7 +130,11 @@ py::object attr_of(py::handle obj, PyObject* name) {
 }
 
 py::object call_method0(py::handle obj, PyObject* name) {
-  return steal_or_throw(PyObject_CallMethodObjArgs(obj.ptr(), name, nullptr));
+  // Vectorcall: no bound-method object is made for the call. args[0] is the spare slot that
+  // PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use.
+  PyObject* args[2] = {nullptr, obj.ptr()};
+  return steal_or_throw(
+      PyObject_VectorcallMethod(name, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
 }
 
 /// torch.dtype object -> DataType. torch's dtype objects are singletons, so a handful of
@@ -135,6 +148,21 @@ hvd::DataType cached_torch_dtype(py::handle dtype, const char* role) {
   const hvd::DataType dt = torch_dtype(py::str(dtype).cast<std::string>(), role);
   cache->emplace_back(dtype.inc_ref().ptr(), dt);
   return dt;
+}
+
+/// As cached_torch_dtype, but false instead of an error for an unsupported dtype (not cached:
+/// such tensors take the general path, which raises).
+bool lookup_torch_dtype(py::handle dtype, hvd::DataType* out) {
+  static auto* cache = new std::vector<std::pair<PyObject*, hvd::DataType>>();
+  for (const auto& entry : *cache) {
+    if (entry.first == dtype.ptr()) {
+      *out = entry.second;
+      return true;
+    }
+  }
+  if (!torch_dtype_of(py::str(dtype).cast<std::string>(), out)) return false;
+  cache->emplace_back(dtype.inc_ref().ptr(), *out);
+  return true;
 }
 
 /// shape of a torch tensor (a torch.Size, i.e. a tuple of ints) into `out`.
@@ -190,6 +218,22 @@ bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v) {
   }
   if (call_method0(t, n.is_contiguous).ptr() != Py_True) return false;
   v->dtype = cached_torch_dtype(attr_of(t, n.dtype), role);
+  py::object ptr = call_method0(t, n.data_ptr);
+  v->data = PyLong_AsVoidPtr(ptr.ptr());
+  if (v->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  v->shape.clear();
+  read_shape(attr_of(t, n.shape), &v->shape);
+  v->device = hvd::Device::cpu();
+  return true;
+}
+
+bool torch_plain_view(py::handle t, hvd::TensorView* v) {
+  const TorchNames& n = torch_names();
+  if (attr_of(t, n.is_cpu).ptr() != Py_True || attr_of(t, n.is_sparse).ptr() != Py_False ||
+      call_method0(t, n.is_contiguous).ptr() != Py_True ||
+      !lookup_torch_dtype(attr_of(t, n.dtype), &v->dtype)) {
+    return false;
+  }
   py::object ptr = call_method0(t, n.data_ptr);
   v->data = PyLong_AsVoidPtr(ptr.ptr());
   if (v->data == nullptr && PyErr_Occurred()) throw py::error_already_set();

@@ -9,9 +9,19 @@ Python binding, so horovod_cpp.torch can be compared with horovod.torch on one s
      one allreduce_async_ per tensor submitted in reverse order, then all synchronized;
   c  one tensor of 4 B, 4 KiB, 256 KiB, 4 MiB, 64 MiB averaged;
   d  1000 tensors of 256 floats per step, all submitted, then all synchronized.
-Every step is timed on every rank after a barrier; the slowest rank's time is the step's;
-the median over --steps steps after warm-up is reported. Each rank checks every result
-(inputs are the rank's number, so the average is known) and the run fails on a wrong value.
+Timing (--rule):
+  reference  (the default) the rule of shared/bench/bench_torch.py, which produced the
+             reference Horovod figures: warm-up steps, one barrier, then the steps back to
+             back, each timed on every rank; after the loop the per-rank times are allgathered
+             and the slowest rank's time is each step's.
+  barrier    the older rule: a library barrier before every step, then an allreduce (Max) of
+             the step's time; after a barrier both ranks' threads start cold and out of phase,
+             which adds about 10 us to a small collective.
+The median over --steps steps is reported. Each rank checks every result (inputs are the
+rank's number, so the average is known) and the run fails on a wrong value. Under the
+barrier rule each step refills its inputs; under the reference rule (whose script never
+refills) they are filled once before the warm-up: averaging an average leaves it unchanged, so
+the check after the last step still tells a wrong reduction (a sum, a skipped step, ...).
 """
 
 import argparse
@@ -35,8 +45,9 @@ def load_shapes(path):
     return shapes
 
 
-def timed_steps(hvd, step, steps, warmup):
-    """Median over steps of the slowest rank's time per step, in seconds."""
+def timed_steps_barrier(hvd, step, steps, warmup):
+    """--rule barrier: median over steps of the slowest rank's time per step, in seconds; a
+    library barrier before every step, the slowest rank found by an allreduce per step."""
     times = []
     for i in range(warmup + steps):
         hvd.barrier()
@@ -49,16 +60,39 @@ def timed_steps(hvd, step, steps, warmup):
     return statistics.median(times)
 
 
+def timed_steps_reference(hvd, step, steps, warmup):
+    """--rule reference (bench_torch.py's): warm-up, one barrier, the steps back to back timed
+    on every rank, then the per-rank times allgathered; median over steps of the slowest
+    rank's time, in seconds."""
+    for _ in range(warmup):
+        step()
+    hvd.barrier()
+    local = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        local.append(time.perf_counter() - t0)
+    every = hvd.allgather(torch.tensor(local, dtype=torch.float64).view(1, -1),
+                          name=f"hvd_bench.py.times.{steps}")  # [ranks, steps]
+    return statistics.median(every.max(dim=0).values.tolist())
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--module", default="horovod_cpp.torch", help="horovod.torch-style module")
     p.add_argument("--workloads", default="a,c,d")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--c-sizes", default="4,4096,262144,4194304,67108864",
+                   help="bytes of workload c's tensors, comma-separated")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--shapes", default=os.path.join(here, "resnet50_shapes.txt"))
+    p.add_argument("--rule", choices=("reference", "barrier"), default="reference",
+                   help="timing rule (see above); reference: bench_torch.py's")
     p.add_argument("--json", help="also write the figures here (rank 0)")
     args = p.parse_args()
+    reference = args.rule == "reference"
+    timed_steps = timed_steps_reference if reference else timed_steps_barrier
 
     hvd = importlib.import_module(args.module)
     hvd.init()
@@ -80,14 +114,15 @@ def main():
 
     if me == 0:
         print(f"# {args.module} | {n} ranks | torch {torch.__version__} | median of the slowest"
-              f" rank per step over {args.steps} steps")
+              f" rank per step over {args.steps} steps | rule {args.rule}")
     workloads = args.workloads.split(",")
     if "a" in workloads:
-        grads = [torch.empty(s) for s in load_shapes(args.shapes)]
+        grads = [torch.full(s, float(me)) for s in load_shapes(args.shapes)]
 
         def step_a():
-            for g in grads:
-                g.fill_(float(me))
+            if not reference:
+                for g in grads:
+                    g.fill_(float(me))
             handles = [hvd.allreduce_async_(g, name=f"resnet50.{i}")
                        for i, g in reversed(list(enumerate(grads)))]
             for h in handles:
@@ -97,11 +132,12 @@ def main():
                sum(g.numel() * 4 for g in grads))
         check(grads)
     if "c" in workloads:
-        for nbytes in (4, 4096, 256 * 1024, 4 << 20, 64 << 20):
-            t = torch.empty(nbytes // 4)
+        for nbytes in (int(x) for x in args.c_sizes.split(",")):
+            t = torch.full((nbytes // 4,), float(me))
 
             def step_c():
-                t.fill_(float(me))
+                if not reference:
+                    t.fill_(float(me))
                 hvd.allreduce_(t, name=f"single.{nbytes}")
 
             steps = args.steps if nbytes < (4 << 20) else max(5, args.steps // 2)
@@ -109,11 +145,12 @@ def main():
                    nbytes)
             check([t])
     if "d" in workloads:
-        tiny = [torch.empty(256) for _ in range(1000)]
+        tiny = [torch.full((256,), float(me)) for _ in range(1000)]
 
         def step_d():
-            for x in tiny:
-                x.fill_(float(me))
+            if not reference:
+                for x in tiny:
+                    x.fill_(float(me))
             handles = [hvd.allreduce_async_(x, name=f"tiny.{i}") for i, x in enumerate(tiny)]
             for h in handles:
                 hvd.synchronize(h)
@@ -128,8 +165,8 @@ def main():
         print(f"# wrong elements in our results: {total_wrong}")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"module": args.module, "ranks": n, "results": results,
-                           "wrong": total_wrong}, f, indent=1)
+                json.dump({"module": args.module, "ranks": n, "rule": args.rule,
+                           "results": results, "wrong": total_wrong}, f, indent=1)
     hvd.shutdown()
     sys.exit(1 if total_wrong else 0)
 

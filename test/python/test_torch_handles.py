@@ -134,3 +134,57 @@ def test_fast_path_scalars_views_and_requires_grad(rank, size):
     out = hvd.synchronize(hvd.allreduce_async(leaf, op=hvd.Sum, name="t.leaf"))
     torch.testing.assert_close(out, summed(size, (4,), 71))
     torch.testing.assert_close(leaf.detach(), rank_floats(rank, (4,), seed=71))
+
+
+def test_one_call_fast_path_declines_without_submitting(rank, size):
+    fast = _C.torch_allreduce_async_fast
+    x = torch.ones(3)
+    g = hvd.global_process_set
+    before = _C.torch_handle_count()
+    declined = [
+        (torch.ones(4, 4).t(), None, "n", None, 1.0, 1.0, g),  # not contiguous
+        (x, True, "n", None, 1.0, 1.0, g),  # the deprecated average argument
+        (x, None, "n", True, 1.0, 1.0, g),  # a bool op: horovod.torch's rule decides
+        (x, None, "n", 17, 1.0, 1.0, g),  # unknown op: the general path raises
+        (x, None, 5, None, 1.0, 1.0, g),  # a name that is not a str
+        (x, None, "n", None, torch.tensor(2.0), 1.0, g),  # a scale that is not a float/int
+        (x, None, "n", None, 1.0, 2 ** 2000, g),  # an int too large for a double
+        (x, None, "n", None, 1.0, 1.0, None),  # process_set=None (the global set, by rule)
+        ([1.0], None, "n", None, 1.0, 1.0, g),  # not a tensor
+        (torch.zeros(2, dtype=torch.complex64), None, "n", None, 1.0, 1.0, g),
+        (torch.empty(2, device="meta"), None, "n", None, 1.0, 1.0, g),
+    ]
+    for args in declined:
+        assert fast(*args) == 0
+    assert _C.torch_handle_count() == before
+    with pytest.raises(TypeError, match="takes 7 arguments"):
+        fast(x)
+    h = fast(x, None, "t.fast.direct", hvd.Sum, 1, 1.0, g)
+    assert h > 0 and hvd.synchronize(h) is x and x.tolist() == [float(size)] * 3
+
+
+def test_general_path_arguments_give_the_same_results(rank, size):
+    def fresh(seed):
+        return rank_floats(rank, (5,), seed=seed)
+
+    # Each call declines the fast path for one argument; the general path must reduce as before.
+    y = fresh(80)
+    assert hvd.synchronize(hvd.allreduce_async_(y, name=81, op=hvd.Sum)) is y  # name str()ed
+    torch.testing.assert_close(y, summed(size, (5,), 80))
+    y = fresh(82)
+    hvd.allreduce_(y, op=hvd.Sum, prescale_factor=torch.tensor(2.0), process_set=None)
+    torch.testing.assert_close(y, 2 * summed(size, (5,), 82))
+    y = fresh(83)
+    with pytest.warns(DeprecationWarning, match="replaced with `op`"):
+        hvd.allreduce_(y, average=False)
+    torch.testing.assert_close(y, summed(size, (5,), 83))
+    with pytest.raises(ValueError, match="supersedes average"):
+        hvd.allreduce_async_(fresh(84), average=True, op=hvd.Sum)
+    y = fresh(85)
+    hvd.allreduce_(y, op=True)  # True == Average, as horovod.torch's dict lookup takes it
+    torch.testing.assert_close(y, summed(size, (5,), 85) / size)
+    # A subclass of torch.Tensor takes the fast path, and its result is right.
+    p = torch.nn.Parameter(fresh(86), requires_grad=False)
+    assert hvd.synchronize(hvd.allreduce_async_(p, op=hvd.Max)) is p
+    torch.testing.assert_close(p.data, torch.stack([rank_floats(r, (5,), 86)
+                                                    for r in range(size)]).max(dim=0).values)

@@ -28,6 +28,10 @@ _synchronize = _C.torch_handle_synchronize
 _synchronize_all = _C.torch_handle_synchronize_all
 _poll = _C.torch_handle_poll
 _torch_allreduce_async = _C.torch_allreduce_async
+# allreduce_async_'s plain case in one native call (bindings/src/torch_fast.cc): returns the
+# handle, or 0 having done nothing when the arguments need the general path below.
+_allreduce_async_fast = _C.torch_allreduce_async_fast
+_C.torch_fast_setup(torch.Tensor, global_process_set)
 
 
 def _check_tensor(tensor, what="tensor"):
@@ -127,6 +131,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` in place; returns a handle."""
+    handle = _allreduce_async_fast(tensor, average, name, op, prescale_factor, postscale_factor,
+                                   process_set)
+    if handle:
+        return handle
     op = handle_average_backwards_compatibility(op, average)
     return _allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
                             process_set)
@@ -164,8 +172,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` in place and returns it (not differentiable)."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    handle = _allreduce_async_fast(tensor, average, name, op, prescale_factor, postscale_factor,
+                                   process_set)
+    if not handle:
+        handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                  process_set)
+    return _synchronize(handle)
 
 
 # ---- grouped allreduce -------------------------------------------------------------------
