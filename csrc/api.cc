@@ -58,6 +58,11 @@ class Submission {
 
   /// Adds a tensor; returns its request for the caller to complete.
   Request& add(OpType op, const std::string& name, const TensorView& in, const TensorView& out) {
+    return add_entry(op, name, TensorView(in), TensorView(out)).request;
+  }
+  /// add() for views the caller gives up: each Shape copy is a heap allocation, and a tiny
+  /// tensor's submission is dominated by allocations (docs/benchmarks.md, workload d).
+  TensorEntry& add_entry(OpType op, const std::string& name, TensorView&& in, TensorView&& out) {
     TensorEntry e;
     e.request.rank = set_->rank();
     e.request.op = op;
@@ -68,28 +73,29 @@ class Submission {
     e.request.dtype = in.dtype;
     e.request.shape = in.shape;
     e.request.device = in.device;
-    e.input = in;
-    e.output = out;
+    e.input = std::move(in);
+    e.output = std::move(out);
     e.part = static_cast<int>(entries_.size());
     if (!name.empty() && !unique_name(e.request.name)) {
       // Only the first of the two can be submitted (names are unique per set).
       note_error(describe(e.request) + ": the name appears twice in the group");
       dropped_.push_back(std::move(e));
-      return dropped_.back().request;
+      return dropped_.back();
     }
     entries_.push_back(std::move(e));
-    check([&] { check_view(entries_.back().request, in, "input"); });
-    if (in.device.is_cuda()) {
+    const TensorView& input = entries_.back().input;
+    check([&] { check_view(entries_.back().request, input, "input"); });
+    if (input.device.is_cuda()) {
       // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must
       // be on this rank's GPU, docs/gpu.md). Ranks negotiate "a CUDA tensor" without the
       // ordinal: each uses its own device. A failed device check goes through the negotiation
       // like every local error.
       Request& q = entries_.back().request;
-      Status dev = set_->transports().check_device(in.device, describe(q));
+      Status dev = set_->transports().check_device(input.device, describe(q));
       if (!dev.ok()) note_error(dev.message());
       q.device = Device{Device::Kind::kCUDA, -1};
     }
-    return entries_.back().request;
+    return entries_.back();
   }
 
   /// Runs a check that throws InvalidArgumentError; a failure is kept (the first one wins)
@@ -330,36 +336,47 @@ int process_set_size(ProcessSet set) { return static_cast<int>(process_set_ranks
 
 // ---- allreduce ---------------------------------------------------------------------------
 
-Handle allreduce_async(const std::string& name, TensorView input, TensorView output,
-                       const AllreduceOptions& options) {
+namespace {
+// Both public overloads end here, giving up their by-value views (no further Shape copies).
+Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView&& output,
+                        const AllreduceOptions& options) {
   Submission sub("allreduce", options.process_set);
-  Request& q = sub.add(OpType::kAllreduce, name, input, output);
+  TensorEntry& e = sub.add_entry(OpType::kAllreduce, name, std::move(input), std::move(output));
+  Request& q = e.request;
   sub.check([&] {
-    if (output.data == nullptr && output.numel() > 0) {
+    const TensorView& in = e.input;
+    const TensorView& out = e.output;
+    if (out.data == nullptr && out.numel() > 0) {
       throw InvalidArgumentError(describe(q) + ": output data pointer is null");
     }
-    if (output.dtype != input.dtype || output.shape != input.shape ||
-        output.device != input.device) {
-      throw InvalidArgumentError(describe(q) + ": output " + dtype_name(output.dtype) +
-                                 shape_str(output.shape) + " does not match input " +
-                                 dtype_name(input.dtype) + shape_str(input.shape));
+    if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device) {
+      throw InvalidArgumentError(describe(q) + ": output " + dtype_name(out.dtype) +
+                                 shape_str(out.shape) + " does not match input " +
+                                 dtype_name(in.dtype) + shape_str(in.shape));
     }
     set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
   });
   return sub.submit();
 }
+}  // namespace
+
+Handle allreduce_async(const std::string& name, TensorView input, TensorView output,
+                       const AllreduceOptions& options) {
+  return submit_allreduce(name, std::move(input), std::move(output), options);
+}
 
 Handle allreduce_async(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
-  return allreduce_async(name, tensor, tensor, options);
+  TensorView output = tensor;  // the entry keeps both views: the transports read both
+  return submit_allreduce(name, std::move(tensor), std::move(output), options);
 }
 
 void allreduce(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
-  allreduce_async(name, tensor, tensor, options).wait();
+  allreduce_async(name, std::move(tensor), options).wait();
 }
 
 void allreduce(const std::string& name, TensorView input, TensorView output,
                const AllreduceOptions& options) {
-  allreduce_async(name, input, output, options).wait();
+  allreduce_async(name, std::move(input), std::move(output), options).wait();
 }
 
 Handle grouped_allreduce_async(const std::vector<std::string>& names,

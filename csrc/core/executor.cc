@@ -64,8 +64,14 @@ std::string describe_current_exception() {
 void Executor::execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined) {
   if (responses.empty()) return;
   const std::vector<FusionBatch> plan = plan_fusion(responses, threshold_);
-  std::vector<TensorEntry> all_entries;
-  std::vector<bool> all_present;
+  // Kept between cycles for their room (a cycle of workload d takes 1000 entries); emptied on
+  // the way out, exception or not, so no entry outlives its cycle here.
+  std::vector<TensorEntry>& all_entries = entries_;
+  std::vector<bool>& all_present = present_;
+  struct Clear {
+    Executor* ex;
+    ~Clear() { ex->entries_.clear(); }
+  } clear_on_exit{this};
   take(responses, &all_entries, &all_present);
   const bool traced = timeline_ && timeline_->enabled();
   for (const FusionBatch& fb : plan) {

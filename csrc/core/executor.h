@@ -54,6 +54,8 @@ class Executor {
   int64_t threshold_;
   std::vector<int> global_ranks_;
   Timeline* timeline_;
+  std::vector<TensorEntry> entries_;  // execute()'s scratch, empty between calls
+  std::vector<bool> present_;
 };
 
 }  // namespace hvd

@@ -172,7 +172,8 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
   present->assign(responses.size(), false);
   // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
   // are moved out and the nodes freed after it.
-  std::vector<decltype(table_)::node_type> nodes(responses.size());
+  std::vector<TableNode>& nodes = taken_;
+  nodes.resize(responses.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 0; i < responses.size(); ++i) {
@@ -185,6 +186,7 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
     (*entries)[i] = std::move(nodes[i].mapped());
     (*present)[i] = true;
   }
+  nodes.clear();  // frees the nodes; the vector keeps its room for the next cycle
 }
 
 // Called with new requests queued: while a user thread is still submitting tensors one call
@@ -229,8 +231,13 @@ void ProcessSetState::loop() {
   const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
                            std::vector<bool>* present) { take_entries(rs, es, present); };
   std::unordered_map<std::string, int64_t> negotiating;  // timeline: name -> start (us)
+  // The next burst's vector, sized like the last burst outside the lock: grown one push at a
+  // time under the lock, it would reallocate (and move every Request) a dozen times.
+  std::vector<Request> spare;
+  size_t last_burst = 0;
   while (true) {
     std::vector<Request> incoming;
+    if (spare.capacity() < last_burst) spare.reserve(last_burst);
     bool shutdown;
     bool traced = false;
     if (has_new_.load(std::memory_order_acquire)) settle();
@@ -266,7 +273,10 @@ void ProcessSetState::loop() {
         idle = base_idle;
       }
       has_new_.store(false, std::memory_order_relaxed);
-      incoming.swap(new_requests_);
+      if (!new_requests_.empty()) {
+        incoming.swap(new_requests_);
+        new_requests_.swap(spare);
+      }
       shutdown = shutdown_requested_;
       traced = timeline_ && timeline_->enabled();  // after the wait: it may have just started
       if (traced) {
@@ -280,6 +290,7 @@ void ProcessSetState::loop() {
         }
       }
     }
+    if (!incoming.empty()) last_burst = incoming.size();
     CycleResult result;
     if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
     Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);

@@ -91,6 +91,8 @@ class ProcessSetState {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
+  using TableNode = std::unordered_map<std::string, TensorEntry>::node_type;
+  std::vector<TableNode> taken_;  // background thread: take_entries()'s scratch, kept for its room
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)
