@@ -141,10 +141,11 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
   // which a moved-from request still holds, for messages).
   if (entries.size() == 1) {  // the common case: one hash lookup
     TensorEntry& e = entries.front();
-    auto [it, inserted] = table_.try_emplace(e.request.name);
+    // The entry is moved straight into the new node (try_emplace copies the key first and
+    // leaves `e` alone when the name is taken); then its request goes on to the thread.
+    auto [it, inserted] = table_.try_emplace(e.request.name, std::move(e));
     if (!inserted) return still_pending(e.request, it->second.request.op);
-    new_requests_.push_back(std::move(e.request));
-    it->second = std::move(e);
+    new_requests_.push_back(std::move(it->second.request));
   } else {
     for (const auto& e : entries) {
       auto it = table_.find(e.request.name);
@@ -167,26 +168,22 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
 }
 
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
-                                   std::vector<TensorEntry>* entries, std::vector<bool>* present) {
-  entries->resize(responses.size());
-  present->assign(responses.size(), false);
-  // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
-  // are moved out and the nodes freed after it.
-  std::vector<TableNode>& nodes = taken_;
-  nodes.resize(responses.size());
+                                   std::vector<TensorEntry*>* entries) {
+  // Only the unlinking happens under the lock (user threads enqueue meanwhile); the nodes are
+  // freed after the cycle's execute(), outside it.
+  taken_.clear();
+  taken_.resize(responses.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 0; i < responses.size(); ++i) {
       auto it = table_.find(responses[i].name);
-      if (it != table_.end()) nodes[i] = table_.extract(it);
+      if (it != table_.end()) taken_[i] = table_.extract(it);
     }
   }
+  entries->assign(responses.size(), nullptr);
   for (size_t i = 0; i < responses.size(); ++i) {
-    if (nodes[i].empty()) continue;
-    (*entries)[i] = std::move(nodes[i].mapped());
-    (*present)[i] = true;
+    if (!taken_[i].empty()) (*entries)[i] = &taken_[i].mapped();
   }
-  nodes.clear();  // frees the nodes; the vector keeps its room for the next cycle
 }
 
 // Called with new requests queued: while a user thread is still submitting tensors one call
@@ -228,8 +225,9 @@ void ProcessSetState::loop() {
   // 32 times that: an idle job costs almost no CPU, and work still wakes the thread at once.
   auto base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
   auto idle = base_idle;
-  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
-                           std::vector<bool>* present) { take_entries(rs, es, present); };
+  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry*>* es) {
+    take_entries(rs, es);
+  };
   std::unordered_map<std::string, int64_t> negotiating;  // timeline: name -> start (us)
   // The next burst's vector, sized like the last burst outside the lock: grown one push at a
   // time under the lock, it would reallocate (and move every Request) a dozen times.
@@ -319,7 +317,14 @@ void ProcessSetState::loop() {
     // joined() is read before executing: the join response itself clears it.
     const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
         result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
-    executor_->execute(result.responses, take, joined);
+    {
+      // The taken entries live until execute() returns, and no longer (exception or not).
+      struct Release {
+        std::vector<TableNode>& nodes;
+        ~Release() { nodes.clear(); }
+      } release{taken_};
+      executor_->execute(result.responses, take, joined);
+    }
     if (autotuner_ && !autotuner_->done()) {
       int64_t bytes = 0;
       for (const Response& r : result.responses) {

@@ -74,8 +74,7 @@ class ProcessSetState {
   void settle() const;
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages
-  void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry>* entries,
-                    std::vector<bool>* present);
+  void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry*>* entries);
 
   const int id_;
   const std::vector<int> global_ranks_;
@@ -92,7 +91,9 @@ class ProcessSetState {
   std::condition_variable cv_;
   std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
   using TableNode = std::unordered_map<std::string, TensorEntry>::node_type;
-  std::vector<TableNode> taken_;  // background thread: take_entries()'s scratch, kept for its room
+  // Background thread: the table nodes take_entries() unlinked, holding the entries the
+  // executor reads, until the cycle's execute() returns.
+  std::vector<TableNode> taken_;
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)
