@@ -52,7 +52,16 @@ class Submission {
   Submission(const char* what, ProcessSet set) : rt_(runtime_or_throw(what)) {
     Status s = rt_->find_set(set.id, &set_);
     if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
+    entries_.swap(spare_entries());
   }
+  ~Submission() {
+    // Gives the vector's room back for this thread's next call (small ones only: a large
+    // group's room is not worth keeping).
+    entries_.clear();
+    if (entries_.capacity() <= kSpareEntries) entries_.swap(spare_entries());
+  }
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
   Runtime& rt() { return *rt_; }
   ProcessSetState& set() { return *set_; }
 
@@ -208,6 +217,14 @@ class Submission {
   std::vector<size_t> unnamed_;            // entries to number at submit()
   bool grouped_ = false;
   std::shared_ptr<detail::HandleState> state_;
+
+  /// A vector of entries per thread, lent to each submission in turn: a call that submits
+  /// one tiny tensor would otherwise spend a good part of its time allocating and freeing it.
+  static constexpr size_t kSpareEntries = 16;
+  static std::vector<TensorEntry>& spare_entries() {
+    thread_local std::vector<TensorEntry> spare;
+    return spare;
+  }
 };
 
 void set_reduction(Request& q, ReduceOp op, double pre, double post) {

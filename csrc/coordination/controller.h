@@ -120,6 +120,12 @@ class Controller {
   /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
   Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);
 
+  /// Hands back a finished cycle's responses: the next cycle copies its cached responses into
+  /// these (their strings and shapes keep their room), instead of allocating every one anew.
+  void recycle(std::vector<Response>&& used) {
+    if (used.size() > spare_responses_.size()) spare_responses_ = std::move(used);
+  }
+
   /// True while this rank has called join() and not every rank has.
   bool joined() const { return joined_; }
   /// True while this rank holds requests not yet turned into responses.
@@ -167,6 +173,7 @@ class Controller {
   bool joined_ = false;         // this rank has a join pending
   bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
+  std::vector<Response> spare_responses_;  // recycle()d, for the next cycle's cache hits
 
   // Rank 0 only.
   std::unordered_map<std::string, TableEntry> table_;

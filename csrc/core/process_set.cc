@@ -122,7 +122,7 @@ std::string ProcessSetState::stop_reason() const {
   return stop_status_.message();
 }
 
-Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
+Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   std::unique_lock<std::mutex> lk(mu_);
   const Request& first = entries.front().request;
   if (stopped_ || shutdown_requested_) {
@@ -338,6 +338,7 @@ void ProcessSetState::loop() {
       }
       base_idle = std::chrono::duration<double, std::milli>(cycle_time_ms_);
     }
+    controller_->recycle(std::move(result.responses));
     if (result.shutdown) {
       if (result.fatal) {
         report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +

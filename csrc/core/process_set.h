@@ -55,9 +55,10 @@ class ProcessSetState {
            std::to_string(noname_counter_[static_cast<int>(op)]++);
   }
 
-  /// Submits entries atomically (a group arrives in one cycle). Fails at once, submitting
-  /// nothing, if a name is already pending or the set has stopped.
-  Status enqueue(std::vector<TensorEntry> entries);
+  /// Submits entries atomically (a group arrives in one cycle), moving them out of `entries`
+  /// (the caller keeps the vector, to reuse its room). Fails at once, submitting nothing and
+  /// leaving `entries` as they were, if a name is already pending or the set has stopped.
+  Status enqueue(std::vector<TensorEntry>&& entries);
 
   /// Asks every member to stop (their pending operations fail with a ShutdownError naming this
   /// rank) without waiting.
