@@ -72,26 +72,26 @@ class Submission {
   /// add() for views the caller gives up: each Shape copy is a heap allocation, and a tiny
   /// tensor's submission is dominated by allocations (docs/benchmarks.md, workload d).
   TensorEntry& add_entry(OpType op, const std::string& name, TensorView&& in, TensorView&& out) {
-    TensorEntry e;
+    const size_t index = entries_.size();
+    // Only the first of two tensors of one name can be submitted (names are unique per set).
+    const bool duplicate = !name.empty() && !unique_name(name);
+    TensorEntry& e = (duplicate ? dropped_ : entries_).emplace_back();  // built in place
     e.request.rank = set_->rank();
     e.request.op = op;
     // Unnamed calls are numbered in submit(), every call, rejected or not: a call rejected on
     // one rank is still sent (marked failed) and pairs with the other ranks' same call.
     e.request.name = name.empty() ? std::string(op_type_name(op)) + ".noname" : name;
-    if (name.empty()) unnamed_.push_back(entries_.size());
+    if (name.empty()) unnamed_.push_back(index);
     e.request.dtype = in.dtype;
     e.request.shape = in.shape;
     e.request.device = in.device;
     e.input = std::move(in);
     e.output = std::move(out);
-    e.part = static_cast<int>(entries_.size());
-    if (!name.empty() && !unique_name(e.request.name)) {
-      // Only the first of the two can be submitted (names are unique per set).
+    e.part = static_cast<int>(index);
+    if (duplicate) {
       note_error(describe(e.request) + ": the name appears twice in the group");
-      dropped_.push_back(std::move(e));
-      return dropped_.back();
+      return e;
     }
-    entries_.push_back(std::move(e));
     const TensorView& input = entries_.back().input;
     check([&] { check_view(entries_.back().request, input, "input"); });
     if (input.device.is_cuda()) {

@@ -141,11 +141,27 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   // which a moved-from request still holds, for messages).
   if (entries.size() == 1) {  // the common case: one hash lookup
     TensorEntry& e = entries.front();
-    // The entry is moved straight into the new node (try_emplace copies the key first and
-    // leaves `e` alone when the name is taken); then its request goes on to the thread.
-    auto [it, inserted] = table_.try_emplace(e.request.name, std::move(e));
-    if (!inserted) return still_pending(e.request, it->second.request.op);
-    new_requests_.push_back(std::move(it->second.request));
+    if (spare_nodes_.empty()) {
+      // Moved straight into a new node (try_emplace copies the key first and leaves `e`
+      // alone when the name is taken).
+      auto [it, inserted] = table_.try_emplace(e.request.name, std::move(e));
+      if (!inserted) return still_pending(e.request, it->second.request.op);
+      new_requests_.push_back(std::move(it->second.request));
+    } else {
+      // A node of an earlier cycle (recycle_taken()): no allocation, and the key's string
+      // keeps its room.
+      TableNode node = std::move(spare_nodes_.back());
+      spare_nodes_.pop_back();
+      node.key() = e.request.name;
+      node.mapped() = std::move(e);
+      auto ins = table_.insert(std::move(node));
+      if (!ins.inserted) {
+        e = std::move(ins.node.mapped());  // the caller keeps its entry on failure
+        spare_nodes_.push_back(std::move(ins.node));
+        return still_pending(e.request, ins.position->second.request.op);
+      }
+      new_requests_.push_back(std::move(ins.position->second.request));
+    }
   } else {
     for (const auto& e : entries) {
       auto it = table_.find(e.request.name);
@@ -165,6 +181,18 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
     cv_.notify_one();
   }
   return Status::OK();
+}
+
+void ProcessSetState::recycle_taken() {
+  for (TableNode& n : taken_) {
+    if (!n.empty()) n.mapped().handle.reset();  // the executor moved the rest out
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  for (TableNode& n : taken_) {
+    if (n.empty() || spare_nodes_.size() >= kMaxSpareNodes) continue;
+    spare_nodes_.push_back(std::move(n));
+  }
+  taken_.clear();  // frees the nodes beyond kMaxSpareNodes
 }
 
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
@@ -324,6 +352,7 @@ void ProcessSetState::loop() {
         ~Release() { nodes.clear(); }
       } release{taken_};
       executor_->execute(result.responses, take, joined);
+      recycle_taken();
     }
     if (autotuner_ && !autotuner_->done()) {
       int64_t bytes = 0;

@@ -76,6 +76,8 @@ class ProcessSetState {
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages
   void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry*>* entries);
+  /// After execute(): the taken nodes become spare nodes (up to kMaxSpareNodes).
+  void recycle_taken();
 
   const int id_;
   const std::vector<int> global_ranks_;
@@ -95,6 +97,10 @@ class ProcessSetState {
   // Background thread: the table nodes take_entries() unlinked, holding the entries the
   // executor reads, until the cycle's execute() returns.
   std::vector<TableNode> taken_;
+  // Emptied nodes, reused by enqueue(): a node allocated by a user thread and freed by this
+  // one costs more than the whole rest of a tiny tensor's table work. Guarded by mu_.
+  std::vector<TableNode> spare_nodes_;
+  static constexpr size_t kMaxSpareNodes = 4096;
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)
