@@ -75,7 +75,7 @@ class PendingBits {
  public:
   bool empty() const { return count_ == 0; }
   bool contains(uint32_t bit) const { return bit < has_.size() && has_[bit]; }
-  void put(uint32_t bit, Request q) {
+  void put(uint32_t bit, Request&& q) {  // moved once, straight into its slot
     if (bit >= has_.size()) {
       has_.resize(bit + 1, 0);
       requests_.resize(bit + 1);
