@@ -197,8 +197,8 @@ void ProcessSetState::recycle_taken() {
 
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
                                    std::vector<TensorEntry*>* entries) {
-  // Only the unlinking happens under the lock (user threads enqueue meanwhile); the nodes are
-  // freed after the cycle's execute(), outside it.
+  // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
+  // stay in their nodes, which recycle_taken() hands back to enqueue() after execute().
   taken_.clear();
   taken_.resize(responses.size());
   {
