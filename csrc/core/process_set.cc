@@ -168,9 +168,18 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
       if (it != table_.end()) return still_pending(e.request, it->second.request.op);
     }
     for (auto& e : entries) {
-      std::string name = e.request.name;
+      if (spare_nodes_.empty()) {
+        std::string name = e.request.name;
+        new_requests_.push_back(std::move(e.request));
+        table_.emplace(std::move(name), std::move(e));
+        continue;
+      }
+      TableNode node = std::move(spare_nodes_.back());  // as in the single-entry case
+      spare_nodes_.pop_back();
+      node.key() = e.request.name;
       new_requests_.push_back(std::move(e.request));
-      table_.emplace(std::move(name), std::move(e));
+      node.mapped() = std::move(e);
+      table_.insert(std::move(node));
     }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
