@@ -52,44 +52,59 @@ class Submission {
   Submission(const char* what, ProcessSet set) : rt_(runtime_or_throw(what)) {
     Status s = rt_->find_set(set.id, &set_);
     if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
+    entries_.swap(spare_entries());
   }
+  ~Submission() {
+    // Gives the vector's room back for this thread's next call (small ones only: a large
+    // group's room is not worth keeping).
+    entries_.clear();
+    if (entries_.capacity() <= kSpareEntries) entries_.swap(spare_entries());
+  }
+  Submission(const Submission&) = delete;
+  Submission& operator=(const Submission&) = delete;
   Runtime& rt() { return *rt_; }
   ProcessSetState& set() { return *set_; }
 
   /// Adds a tensor; returns its request for the caller to complete.
   Request& add(OpType op, const std::string& name, const TensorView& in, const TensorView& out) {
-    TensorEntry e;
+    return add_entry(op, name, TensorView(in), TensorView(out)).request;
+  }
+  /// add() for views the caller gives up: each Shape copy is a heap allocation, and a tiny
+  /// tensor's submission is dominated by allocations (docs/benchmarks.md, workload d).
+  TensorEntry& add_entry(OpType op, const std::string& name, TensorView&& in, TensorView&& out) {
+    const size_t index = entries_.size();
+    // Only the first of two tensors of one name can be submitted (names are unique per set).
+    const bool duplicate = !name.empty() && !unique_name(name);
+    TensorEntry& e = (duplicate ? dropped_ : entries_).emplace_back();  // built in place
     e.request.rank = set_->rank();
     e.request.op = op;
     // Unnamed calls are numbered in submit(), every call, rejected or not: a call rejected on
     // one rank is still sent (marked failed) and pairs with the other ranks' same call.
     e.request.name = name.empty() ? std::string(op_type_name(op)) + ".noname" : name;
-    if (name.empty()) unnamed_.push_back(entries_.size());
+    if (name.empty()) unnamed_.push_back(index);
     e.request.dtype = in.dtype;
     e.request.shape = in.shape;
     e.request.device = in.device;
-    e.input = in;
-    e.output = out;
-    e.part = static_cast<int>(entries_.size());
-    if (!name.empty() && !unique_name(e.request.name)) {
-      // Only the first of the two can be submitted (names are unique per set).
+    e.input = std::move(in);
+    e.output = std::move(out);
+    e.part = static_cast<int>(index);
+    if (duplicate) {
       note_error(describe(e.request) + ": the name appears twice in the group");
-      dropped_.push_back(std::move(e));
-      return dropped_.back().request;
+      return e;
     }
-    entries_.push_back(std::move(e));
-    check([&] { check_view(entries_.back().request, in, "input"); });
-    if (in.device.is_cuda()) {
+    const TensorView& input = entries_.back().input;
+    check([&] { check_view(entries_.back().request, input, "input"); });
+    if (input.device.is_cuda()) {
       // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must
       // be on this rank's GPU, docs/gpu.md). Ranks negotiate "a CUDA tensor" without the
       // ordinal: each uses its own device. A failed device check goes through the negotiation
       // like every local error.
       Request& q = entries_.back().request;
-      Status dev = set_->transports().check_device(in.device, describe(q));
+      Status dev = set_->transports().check_device(input.device, describe(q));
       if (!dev.ok()) note_error(dev.message());
       q.device = Device{Device::Kind::kCUDA, -1};
     }
-    return entries_.back().request;
+    return entries_.back();
   }
 
   /// Runs a check that throws InvalidArgumentError; a failure is kept (the first one wins)
@@ -203,6 +218,14 @@ class Submission {
   std::vector<size_t> unnamed_;            // entries to number at submit()
   bool grouped_ = false;
   std::shared_ptr<detail::HandleState> state_;
+
+  /// A vector of entries per thread, lent to each submission in turn: a call that submits
+  /// one tiny tensor would otherwise spend a good part of its time allocating and freeing it.
+  static constexpr size_t kSpareEntries = 16;
+  static std::vector<TensorEntry>& spare_entries() {
+    thread_local std::vector<TensorEntry> spare;
+    return spare;
+  }
 };
 
 void set_reduction(Request& q, ReduceOp op, double pre, double post) {
@@ -331,36 +354,47 @@ int process_set_size(ProcessSet set) { return static_cast<int>(process_set_ranks
 
 // ---- allreduce ---------------------------------------------------------------------------
 
-Handle allreduce_async(const std::string& name, TensorView input, TensorView output,
-                       const AllreduceOptions& options) {
+namespace {
+// Both public overloads end here, giving up their by-value views (no further Shape copies).
+Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView&& output,
+                        const AllreduceOptions& options) {
   Submission sub("allreduce", options.process_set);
-  Request& q = sub.add(OpType::kAllreduce, name, input, output);
+  TensorEntry& e = sub.add_entry(OpType::kAllreduce, name, std::move(input), std::move(output));
+  Request& q = e.request;
   sub.check([&] {
-    if (output.data == nullptr && output.numel() > 0) {
+    const TensorView& in = e.input;
+    const TensorView& out = e.output;
+    if (out.data == nullptr && out.numel() > 0) {
       throw InvalidArgumentError(describe(q) + ": output data pointer is null");
     }
-    if (output.dtype != input.dtype || output.shape != input.shape ||
-        output.device != input.device) {
-      throw InvalidArgumentError(describe(q) + ": output " + dtype_name(output.dtype) +
-                                 shape_str(output.shape) + " does not match input " +
-                                 dtype_name(input.dtype) + shape_str(input.shape));
+    if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device) {
+      throw InvalidArgumentError(describe(q) + ": output " + dtype_name(out.dtype) +
+                                 shape_str(out.shape) + " does not match input " +
+                                 dtype_name(in.dtype) + shape_str(in.shape));
     }
     set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
   });
   return sub.submit();
 }
+}  // namespace
+
+Handle allreduce_async(const std::string& name, TensorView input, TensorView output,
+                       const AllreduceOptions& options) {
+  return submit_allreduce(name, std::move(input), std::move(output), options);
+}
 
 Handle allreduce_async(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
-  return allreduce_async(name, tensor, tensor, options);
+  TensorView output = tensor;  // the entry keeps both views: the transports read both
+  return submit_allreduce(name, std::move(tensor), std::move(output), options);
 }
 
 void allreduce(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
-  allreduce_async(name, tensor, tensor, options).wait();
+  allreduce_async(name, std::move(tensor), options).wait();
 }
 
 void allreduce(const std::string& name, TensorView input, TensorView output,
                const AllreduceOptions& options) {
-  allreduce_async(name, input, output, options).wait();
+  allreduce_async(name, std::move(input), std::move(output), options).wait();
 }
 
 Handle grouped_allreduce_async(const std::vector<std::string>& names,

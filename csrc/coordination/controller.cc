@@ -187,14 +187,25 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
       if (!r.group.empty()) ++group_ready[r.group];
     }
   }
-  out->responses.reserve(ready.size());
+  std::vector<Response>& hits = out->responses;
+  size_t n = 0;
+  if (!ready.empty()) {
+    hits.swap(spare_responses_);  // copy-assigned below: no allocation when the room fits
+    hits.reserve(ready.size());
+  }
   for (uint32_t bit : ready) {
     const Response& r = cache_.at(bit);
     if (!r.group.empty() && group_ready[r.group] < r.group_size) continue;  // wait for siblings
-    out->responses.push_back(r);
+    if (n < hits.size()) {
+      hits[n] = r;
+    } else {
+      hits.push_back(r);
+    }
+    ++n;
     pending_bits_.erase(bit);
     cache_.touch(bit);
   }
+  hits.resize(n);
   if (is_root) update_stall_state(v, words);
 
   // 4. The full cycle, when any rank needs it.

@@ -75,7 +75,7 @@ class PendingBits {
  public:
   bool empty() const { return count_ == 0; }
   bool contains(uint32_t bit) const { return bit < has_.size() && has_[bit]; }
-  void put(uint32_t bit, Request q) {
+  void put(uint32_t bit, Request&& q) {  // moved once, straight into its slot
     if (bit >= has_.size()) {
       has_.resize(bit + 1, 0);
       requests_.resize(bit + 1);
@@ -119,6 +119,12 @@ class Controller {
   /// Runs one cycle (collective: every rank calls it). `incoming`: requests enqueued on this
   /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
   Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);
+
+  /// Hands back a finished cycle's responses: the next cycle copies its cached responses into
+  /// these (their strings and shapes keep their room), instead of allocating every one anew.
+  void recycle(std::vector<Response>&& used) {
+    if (used.size() > spare_responses_.size()) spare_responses_ = std::move(used);
+  }
 
   /// True while this rank has called join() and not every rank has.
   bool joined() const { return joined_; }
@@ -167,6 +173,7 @@ class Controller {
   bool joined_ = false;         // this rank has a join pending
   bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
+  std::vector<Response> spare_responses_;  // recycle()d, for the next cycle's cache hits
 
   // Rank 0 only.
   std::unordered_map<std::string, TableEntry> table_;

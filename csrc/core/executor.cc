@@ -64,9 +64,8 @@ std::string describe_current_exception() {
 void Executor::execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined) {
   if (responses.empty()) return;
   const std::vector<FusionBatch> plan = plan_fusion(responses, threshold_);
-  std::vector<TensorEntry> all_entries;
-  std::vector<bool> all_present;
-  take(responses, &all_entries, &all_present);
+  std::vector<TensorEntry*>& all_entries = entries_;  // refilled every cycle
+  take(responses, &all_entries);
   const bool traced = timeline_ && timeline_->enabled();
   for (const FusionBatch& fb : plan) {
     const size_t m = fb.members.size();
@@ -78,15 +77,15 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
     bool diverged = false;
     for (size_t k = 0; k < m; ++k) {
       const size_t i = fb.members[k];
-      TensorEntry& e = all_entries[i];
+      TensorEntry* e = all_entries[i];
       BatchTensor& t = b.tensors[k];
       t.response = &responses[i];
-      t.present = all_present[i];
+      t.present = e != nullptr;
       if (t.present) {
-        t.input = std::move(e.input);  // the entry is not used again
-        t.output = std::move(e.output);
-        done.handles[k] = std::move(e.handle);
-        done.parts[k] = e.part;
+        t.input = std::move(e->input);  // the entry is not used again
+        t.output = std::move(e->output);
+        done.handles[k] = std::move(e->handle);
+        done.parts[k] = e->part;
       }
       // A joined rank legitimately lacks entries: it runs allreduces with zeros and has no
       // handle to fail. Otherwise the coordinator only answers names this rank submitted.

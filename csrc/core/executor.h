@@ -34,10 +34,11 @@ class Executor {
   void set_fusion_threshold(int64_t bytes) { threshold_ = bytes; }
 
   /// Looks up the responses' local entries (and removes them from the process set's table).
-  /// Fills (*entries)[i] and (*present)[i] for responses[i], all under one lock.
+  /// Sets (*entries)[i] to the entry of responses[i], null where this rank did not submit it.
+  /// The entries stay where they are (moving one costs more than a tiny tensor's collective):
+  /// the caller keeps them alive until execute() returns.
   using TakeEntries = std::function<void(const std::vector<Response>& responses,
-                                         std::vector<TensorEntry>* entries,
-                                         std::vector<bool>* present)>;
+                                         std::vector<TensorEntry*>* entries)>;
 
   /// Executes `responses` in order, fusing allreduces per the fusion plan, and completes each
   /// entry's handle. `joined`: this rank called join(), so allreduces it did not submit run
@@ -54,6 +55,7 @@ class Executor {
   int64_t threshold_;
   std::vector<int> global_ranks_;
   Timeline* timeline_;
+  std::vector<TensorEntry*> entries_;  // execute()'s scratch, kept for its room
 };
 
 }  // namespace hvd

@@ -125,7 +125,7 @@ std::string ProcessSetState::stop_reason() const {
   return stop_status_.message();
 }
 
-Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
+Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   std::unique_lock<std::mutex> lk(mu_);
   const Request& first = entries.front().request;
   if (stopped_ || shutdown_requested_) {
@@ -144,19 +144,45 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
   // which a moved-from request still holds, for messages).
   if (entries.size() == 1) {  // the common case: one hash lookup
     TensorEntry& e = entries.front();
-    auto [it, inserted] = table_.try_emplace(e.request.name);
-    if (!inserted) return still_pending(e.request, it->second.request.op);
-    new_requests_.push_back(std::move(e.request));
-    it->second = std::move(e);
+    if (spare_nodes_.empty()) {
+      // Moved straight into a new node (try_emplace copies the key first and leaves `e`
+      // alone when the name is taken).
+      auto [it, inserted] = table_.try_emplace(e.request.name, std::move(e));
+      if (!inserted) return still_pending(e.request, it->second.request.op);
+      new_requests_.push_back(std::move(it->second.request));
+    } else {
+      // A node of an earlier cycle (recycle_taken()): no allocation, and the key's string
+      // keeps its room.
+      TableNode node = std::move(spare_nodes_.back());
+      spare_nodes_.pop_back();
+      node.key() = e.request.name;
+      node.mapped() = std::move(e);
+      auto ins = table_.insert(std::move(node));
+      if (!ins.inserted) {
+        e = std::move(ins.node.mapped());  // the caller keeps its entry on failure
+        spare_nodes_.push_back(std::move(ins.node));
+        return still_pending(e.request, ins.position->second.request.op);
+      }
+      new_requests_.push_back(std::move(ins.position->second.request));
+    }
   } else {
     for (const auto& e : entries) {
       auto it = table_.find(e.request.name);
       if (it != table_.end()) return still_pending(e.request, it->second.request.op);
     }
     for (auto& e : entries) {
-      std::string name = e.request.name;
+      if (spare_nodes_.empty()) {
+        std::string name = e.request.name;
+        new_requests_.push_back(std::move(e.request));
+        table_.emplace(std::move(name), std::move(e));
+        continue;
+      }
+      TableNode node = std::move(spare_nodes_.back());  // as in the single-entry case
+      spare_nodes_.pop_back();
+      node.key() = e.request.name;
       new_requests_.push_back(std::move(e.request));
-      table_.emplace(std::move(name), std::move(e));
+      node.mapped() = std::move(e);
+      table_.insert(std::move(node));
     }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
@@ -169,24 +195,34 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry> entries) {
   return Status::OK();
 }
 
+void ProcessSetState::recycle_taken() {
+  for (TableNode& n : taken_) {
+    if (!n.empty()) n.mapped().handle.reset();  // the executor moved the rest out
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  for (TableNode& n : taken_) {
+    if (n.empty() || spare_nodes_.size() >= kMaxSpareNodes) continue;
+    spare_nodes_.push_back(std::move(n));
+  }
+  taken_.clear();  // frees the nodes beyond kMaxSpareNodes
+}
+
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
-                                   std::vector<TensorEntry>* entries, std::vector<bool>* present) {
-  entries->resize(responses.size());
-  present->assign(responses.size(), false);
+                                   std::vector<TensorEntry*>* entries) {
   // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
-  // are moved out and the nodes freed after it.
-  std::vector<decltype(table_)::node_type> nodes(responses.size());
+  // stay in their nodes, which recycle_taken() hands back to enqueue() after execute().
+  taken_.clear();
+  taken_.resize(responses.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (size_t i = 0; i < responses.size(); ++i) {
       auto it = table_.find(responses[i].name);
-      if (it != table_.end()) nodes[i] = table_.extract(it);
+      if (it != table_.end()) taken_[i] = table_.extract(it);
     }
   }
+  entries->assign(responses.size(), nullptr);
   for (size_t i = 0; i < responses.size(); ++i) {
-    if (nodes[i].empty()) continue;
-    (*entries)[i] = std::move(nodes[i].mapped());
-    (*present)[i] = true;
+    if (!taken_[i].empty()) (*entries)[i] = &taken_[i].mapped();
   }
 }
 
@@ -314,12 +350,18 @@ bool ProcessSetState::guarded_cycle() {
 
 bool ProcessSetState::cycle() {
   std::vector<Request> incoming;
+  // The next burst's vector, sized like the last burst outside the lock: grown one push at a
+  // time under the lock, it would reallocate (and move every Request) a dozen times.
+  if (spare_requests_.capacity() < last_burst_) spare_requests_.reserve(last_burst_);
   bool shutdown;
   bool traced = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     has_new_.store(false, std::memory_order_relaxed);
-    incoming.swap(new_requests_);
+    if (!new_requests_.empty()) {
+      incoming.swap(new_requests_);
+      new_requests_.swap(spare_requests_);
+    }
     shutdown = shutdown_requested_;
     traced = timeline_ && timeline_->enabled();  // now: it may have just started
     if (traced) {
@@ -333,6 +375,7 @@ bool ProcessSetState::cycle() {
       }
     }
   }
+  if (!incoming.empty()) last_burst_ = incoming.size();
   CycleResult result;
   if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
   Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
@@ -360,9 +403,18 @@ bool ProcessSetState::cycle() {
   // joined() is read before executing: the join response itself clears it.
   const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
       result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
-  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry>* es,
-                           std::vector<bool>* present) { take_entries(rs, es, present); };
-  executor_->execute(result.responses, take, joined);
+  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry*>* es) {
+    take_entries(rs, es);
+  };
+  {
+    // The taken entries live until execute() returns, and no longer (exception or not).
+    struct Release {
+      std::vector<TableNode>& nodes;
+      ~Release() { nodes.clear(); }
+    } release{taken_};
+    executor_->execute(result.responses, take, joined);
+    recycle_taken();
+  }
   if (autotuner_ && !autotuner_->done()) {
     int64_t bytes = 0;
     for (const Response& r : result.responses) {
@@ -375,6 +427,7 @@ bool ProcessSetState::cycle() {
       return false;
     }
   }
+  controller_->recycle(std::move(result.responses));
   if (result.shutdown) {
     if (result.fatal) {
       report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +

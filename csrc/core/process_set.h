@@ -59,9 +59,10 @@ class ProcessSetState : public detail::CycleDriver {
            std::to_string(noname_counter_[static_cast<int>(op)]++);
   }
 
-  /// Submits entries atomically (a group arrives in one cycle). Fails at once, submitting
-  /// nothing, if a name is already pending or the set has stopped.
-  Status enqueue(std::vector<TensorEntry> entries);
+  /// Submits entries atomically (a group arrives in one cycle), moving them out of `entries`
+  /// (the caller keeps the vector, to reuse its room). Fails at once, submitting nothing and
+  /// leaving `entries` as they were, if a name is already pending or the set has stopped.
+  Status enqueue(std::vector<TensorEntry>&& entries);
 
   /// Asks every member to stop (their pending operations fail with a ShutdownError naming this
   /// rank) without waiting.
@@ -92,8 +93,9 @@ class ProcessSetState : public detail::CycleDriver {
   void settle() const;
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages
-  void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry>* entries,
-                    std::vector<bool>* present);
+  void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry*>* entries);
+  /// After execute(): the taken nodes become spare nodes (up to kMaxSpareNodes).
+  void recycle_taken();
 
   const int id_;
   const std::vector<int> global_ranks_;
@@ -108,11 +110,21 @@ class ProcessSetState : public detail::CycleDriver {
 
   std::mutex cycle_mu_;  // held while running a cycle, by the background or a user thread
   std::unordered_map<std::string, int64_t> negotiating_;  // cycle_mu_: timeline, name -> start
+  std::vector<Request> spare_requests_;  // cycle_mu_: the next burst's vector (cycle())
+  size_t last_burst_ = 0;                // cycle_mu_: requests taken by the last busy cycle
   std::atomic<int> drivers_{0};  // user threads trying to drive cycles (try_drive())
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
+  using TableNode = std::unordered_map<std::string, TensorEntry>::node_type;
+  // cycle_mu_: the table nodes take_entries() unlinked, holding the entries the executor
+  // reads, until the cycle's execute() returns.
+  std::vector<TableNode> taken_;
+  // Emptied nodes, reused by enqueue(): a node allocated by a user thread and freed by this
+  // one costs more than the whole rest of a tiny tensor's table work. Guarded by mu_.
+  std::vector<TableNode> spare_nodes_;
+  static constexpr size_t kMaxSpareNodes = 4096;
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)

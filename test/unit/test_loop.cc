@@ -315,6 +315,46 @@ TEST_CASE("loop: steady state runs from the response cache (no name gathering)",
   CHECK(sets.control(0).gathers() < static_cast<uint64_t>(kSteps) / 2);
 }
 
+TEST_CASE("loop: a name still pending is refused, also once the table's nodes are reused", "[loop]") {
+  InProcessSets sets(2, test_config());
+  std::vector<float> a0(4), a1(4), b0(4, 9.0f);
+  std::vector<float> y0_data(4), y1_data(2);
+  for (int step = 0; step < 3; ++step) {
+    // Two tensors done first on each rank: their table nodes are spare for the ones below.
+    for (const char* name : {"y0", "y1"}) {
+      auto y0 = submit(sets.set(0), entry(0, OpType::kAllreduce, name, y0_data.data(),
+                                          DataType::kFloat32, {4}, nullptr));
+      auto y1 = submit(sets.set(1), entry(1, OpType::kAllreduce, name, y1_data.data(),
+                                          DataType::kFloat32, {2}, nullptr));
+      CHECK(finish(y0).code() == ErrorCode::kMismatch);  // shapes differ: fails, still taken
+      CHECK(finish(y1).code() == ErrorCode::kMismatch);
+    }
+    std::fill(a0.begin(), a0.end(), 1.0f);
+    std::fill(a1.begin(), a1.end(), 2.0f);
+    auto h0 = submit(sets.set(0), entry(0, OpType::kAllreduce, "x", a0.data(),
+                                        DataType::kFloat32, {4}, nullptr));
+    // Rank 1 has not submitted "x": it stays pending on rank 0, so a second "x" is refused.
+    std::vector<TensorEntry> again;
+    again.push_back(entry(0, OpType::kAllreduce, "x", b0.data(), DataType::kFloat32, {4},
+                          std::make_shared<detail::HandleState>("x", 1)));
+    const Status s = sets.set(0).enqueue(std::move(again));
+    CHECK(s.code() == ErrorCode::kInvalidArgument);
+    CHECK(s.message().find("still pending") != std::string::npos);
+    REQUIRE(again.size() == 1);  // the caller keeps its refused entry, intact
+    CHECK(again[0].request.name == "x");
+    CHECK(again[0].input.data == b0.data());
+    CHECK(again[0].handle != nullptr);
+    auto h1 = submit(sets.set(1), entry(1, OpType::kAllreduce, "x", a1.data(),
+                                        DataType::kFloat32, {4}, nullptr));
+    require_ok(h0);
+    require_ok(h1);
+    CHECK(a0[3] == 3.0f);
+    CHECK(a1[0] == 3.0f);
+    CHECK(b0[0] == 9.0f);  // the refused tensor was never run
+  }
+  sets.shutdown();
+}
+
 TEST_CASE("loop: a joined rank contributes zeros and join returns the last rank", "[loop]") {
   const int n = GENERATE(2, 3);
   InProcessSets sets(n, test_config());
