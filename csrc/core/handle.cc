@@ -25,17 +25,15 @@ namespace {
 std::atomic<int> g_threads_waiting{0};
 
 struct WaitingThread {  // counts this thread in g_threads_waiting while it lives
-  WaitingThread() { g_threads_waiting.fetch_add(1, std::memory_order_relaxed); }
+  // Release/acquire: whoever sees this thread waiting also sees it registered as a driver.
+  WaitingThread() { g_threads_waiting.fetch_add(1, std::memory_order_release); }
   ~WaitingThread() { g_threads_waiting.fetch_sub(1, std::memory_order_relaxed); }
 };
 }  // namespace
 
-int threads_waiting() { return g_threads_waiting.load(std::memory_order_relaxed); }
+int threads_waiting() { return g_threads_waiting.load(std::memory_order_acquire); }
 
-void HandleState::drive() {
-  std::shared_ptr<CycleDriver> d = driver_.lock();
-  if (!d) return;
-  d->begin_driving();
+void HandleState::drive(CycleDriver* d) {
   while (!done() && d->try_drive() == CycleDriver::Drive::kRan) {
   }
   d->end_driving();
@@ -43,12 +41,17 @@ void HandleState::drive() {
 
 bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
   if (done()) return true;
-  WaitingThread counted;
   const bool untimed = deadline == std::chrono::steady_clock::time_point::max();
   // The caller runs the cycles itself while it can: no hand-off to the background thread and
   // no wake-up back. When another thread holds the cycle (or nothing is left to negotiate on
-  // this rank), it falls back to waiting for whoever completes the handle.
-  if (untimed) drive();
+  // this rank), it falls back to waiting for whoever completes the handle. It announces
+  // itself as a driver before it counts as waiting: a background thread that sees a waiter
+  // (and so stops letting a burst settle) then also sees the driver, and parks instead of
+  // taking the cycle.
+  std::shared_ptr<CycleDriver> d = untimed ? driver_.lock() : nullptr;
+  if (d) d->begin_driving();
+  WaitingThread counted;
+  if (d) drive(d.get());
   // A short spin first: small collectives finish within microseconds, and a futex sleep and
   // wake would cost more than the collective itself.
   auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
@@ -59,14 +62,15 @@ bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
     if (untimed && !done()) {
       // The thread that held the cycle may be done with it while this handle still needs
       // another (its tensor was not ready on every rank yet).
-      std::shared_ptr<CycleDriver> d = driver_.lock();
       if (d && d->try_drive() == CycleDriver::Drive::kRan) {
-        drive();
+        d->begin_driving();
+        drive(d.get());
         spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
       }
     }
   }
   if (done()) return true;
+  d.reset();  // a sleeping waiter does not keep the set alive
   std::unique_lock<std::mutex> lk(mu_);
   ++sleepers_;
   const bool done_in_time = cv_.wait_until(lk, deadline, [this] { return done(); });

@@ -85,8 +85,9 @@ class HandleState {
   int64_t value() const { return value_; }
 
  private:
-  /// Runs cycles until done or the driver cannot (busy, idle, stopped).
-  void drive();
+  /// Runs cycles until done or `d` cannot (busy, idle, stopped), then ends driving (the
+  /// caller has called d->begin_driving()).
+  void drive(CycleDriver* d);
 
   std::string name_;
   std::weak_ptr<CycleDriver> driver_;  // written before the handle is published

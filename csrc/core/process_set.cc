@@ -488,6 +488,9 @@ void ProcessSetState::request_shutdown() {
 void ProcessSetState::shutdown() {
   request_shutdown();
   if (thread_.joinable()) thread_.join();
+  // A user thread may still be leaving try_drive() (it finds the set stopped at once): the
+  // runtime must not tear down the planes under it.
+  while (drivers_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
 }
 
 }  // namespace hvd
