@@ -133,6 +133,14 @@ TEST_CASE("process sets: a stall in one set does not block another", "[process_s
     CHECK(b == static_cast<float>(n));
   }
   if (me == 0) CHECK_FALSE(blocked.poll());
+  {
+    // Only once rank 0 has looked may the others submit "blocked": right after the loop, a
+    // fast rank could submit it and the global set complete it before rank 0 polls.
+    float c = 1.0f;
+    hvd::AllreduceOptions o = sum;
+    o.process_set = other;
+    wait_ok(hvd::allreduce_async("free.checked", hvd::TensorView(&c, DataType::kFloat32, {1}), o));
+  }
   if (me != 0) blocked = hvd::allreduce_async("blocked", hvd::TensorView(&a, DataType::kFloat32, {1}), sum);
   wait_ok(blocked);
   CHECK(a == static_cast<float>(n));
