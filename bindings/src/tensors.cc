@@ -210,6 +210,18 @@ hvd::TensorView view_of(py::handle obj, bool writable, const char* role) {
                        std::string(Py_TYPE(obj.ptr())->tp_name));
 }
 
+namespace {
+// The data pointer and shape of a dense, contiguous CPU tensor (both fast views end here).
+void read_cpu_contiguous(py::handle t, const TorchNames& n, hvd::TensorView* v) {
+  py::object ptr = call_method0(t, n.data_ptr);
+  v->data = PyLong_AsVoidPtr(ptr.ptr());
+  if (v->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  v->shape.clear();
+  read_shape(attr_of(t, n.shape), &v->shape);
+  v->device = hvd::Device::cpu();
+}
+}  // namespace
+
 bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v) {
   const TorchNames& n = torch_names();
   if (attr_of(t, n.is_cpu).ptr() != Py_True || attr_of(t, n.is_sparse).ptr() != Py_False) {
@@ -218,12 +230,7 @@ bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v) {
   }
   if (call_method0(t, n.is_contiguous).ptr() != Py_True) return false;
   v->dtype = cached_torch_dtype(attr_of(t, n.dtype), role);
-  py::object ptr = call_method0(t, n.data_ptr);
-  v->data = PyLong_AsVoidPtr(ptr.ptr());
-  if (v->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
-  v->shape.clear();
-  read_shape(attr_of(t, n.shape), &v->shape);
-  v->device = hvd::Device::cpu();
+  read_cpu_contiguous(t, n, v);
   return true;
 }
 
@@ -234,12 +241,7 @@ bool torch_plain_view(py::handle t, hvd::TensorView* v) {
       !lookup_torch_dtype(attr_of(t, n.dtype), &v->dtype)) {
     return false;
   }
-  py::object ptr = call_method0(t, n.data_ptr);
-  v->data = PyLong_AsVoidPtr(ptr.ptr());
-  if (v->data == nullptr && PyErr_Occurred()) throw py::error_already_set();
-  v->shape.clear();
-  read_shape(attr_of(t, n.shape), &v->shape);
-  v->device = hvd::Device::cpu();
+  read_cpu_contiguous(t, n, v);
   return true;
 }
 

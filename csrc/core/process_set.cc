@@ -151,13 +151,7 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
       if (!inserted) return still_pending(e.request, it->second.request.op);
       new_requests_.push_back(std::move(it->second.request));
     } else {
-      // A node of an earlier cycle (recycle_taken()): no allocation, and the key's string
-      // keeps its room.
-      TableNode node = std::move(spare_nodes_.back());
-      spare_nodes_.pop_back();
-      node.key() = e.request.name;
-      node.mapped() = std::move(e);
-      auto ins = table_.insert(std::move(node));
+      auto ins = table_.insert(reuse_node(std::move(e)));
       if (!ins.inserted) {
         e = std::move(ins.node.mapped());  // the caller keeps its entry on failure
         spare_nodes_.push_back(std::move(ins.node));
@@ -177,12 +171,8 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
         table_.emplace(std::move(name), std::move(e));
         continue;
       }
-      TableNode node = std::move(spare_nodes_.back());  // as in the single-entry case
-      spare_nodes_.pop_back();
-      node.key() = e.request.name;
-      new_requests_.push_back(std::move(e.request));
-      node.mapped() = std::move(e);
-      table_.insert(std::move(node));
+      auto ins = table_.insert(reuse_node(std::move(e)));
+      new_requests_.push_back(std::move(ins.position->second.request));
     }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
@@ -193,6 +183,16 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
     cv_.notify_one();
   }
   return Status::OK();
+}
+
+// A node of an earlier cycle (recycle_taken()) holding `e` under its name: no allocation, and
+// the key's string keeps its room. mu_ held, spare_nodes_ not empty.
+ProcessSetState::TableNode ProcessSetState::reuse_node(TensorEntry&& e) {
+  TableNode node = std::move(spare_nodes_.back());
+  spare_nodes_.pop_back();
+  node.key() = e.request.name;
+  node.mapped() = std::move(e);
+  return node;
 }
 
 void ProcessSetState::recycle_taken() {

@@ -118,6 +118,8 @@ class ProcessSetState : public detail::CycleDriver {
   std::condition_variable cv_;
   std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
   using TableNode = std::unordered_map<std::string, TensorEntry>::node_type;
+  /// A spare node holding `e` under its name (mu_ held, spare_nodes_ not empty).
+  TableNode reuse_node(TensorEntry&& e);
   // cycle_mu_: the table nodes take_entries() unlinked, holding the entries the executor
   // reads, until the cycle's execute() returns.
   std::vector<TableNode> taken_;
