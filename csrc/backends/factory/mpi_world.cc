@@ -93,7 +93,8 @@ Status MpiWorld::make_set(int id, const std::vector<int>& ranks, const Config& c
   ctx.data_comm = data;
   ctx.mpi = &mpi_;
   ctx.config = &config;
-  planes->control = std::make_unique<MpiControlPlane>(control, ctx.layout.rank, ctx.layout.size);
+  planes->control = std::make_unique<MpiControlPlane>(control, ctx.layout.rank, ctx.layout.size,
+                                                     mpi_.cores_shared());
   planes->transports = std::make_unique<TransportRegistry>();
   register_transports(ctx, planes->transports.get());
   *out = std::move(planes);

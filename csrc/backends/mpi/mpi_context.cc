@@ -1,7 +1,13 @@
 // Copyright horovod_cpp authors.
 #include "backends/mpi/mpi_context.h"
 
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <cstdlib>
 #include <mutex>
 
@@ -84,6 +90,7 @@ Status MpiContext::init(bool use_base, MPI_Fint base_f) {
   HVD_MPI_CHECK(MPI_Comm_split_type(base_comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
+  HVD_RETURN_IF_ERROR(find_cores_shared(local));
   HVD_MPI_CHECK(MPI_Comm_split(base_comm_, local_rank_, rank_, &cross));
   MPI_Comm_rank(cross, &cross_rank_);
   MPI_Comm_size(cross, &cross_size_);
@@ -93,6 +100,26 @@ Status MpiContext::init(bool use_base, MPI_Fint base_f) {
   create_half_ops<DataType::kFloat16>(half_ops_[0]);
   create_half_ops<DataType::kBFloat16>(half_ops_[1]);
   ops_created_ = true;
+  return Status::OK();
+}
+
+Status MpiContext::find_cores_shared(MPI_Comm local) {
+#ifdef __linux__
+  // The cores this host's ranks may use: the union of their affinity masks (mpirun's binding,
+  // a container's cpuset), not the machine's count.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0) return Status::OK();  // keep: shared
+  constexpr int kWords = static_cast<int>(sizeof(cpu_set_t) / sizeof(uint64_t));
+  uint64_t words[kWords];
+  std::memcpy(words, &mine, sizeof(words));
+  HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, words, kWords, MPI_UINT64_T, MPI_BOR, local));
+  cpu_set_t all;
+  std::memcpy(&all, words, sizeof(all));
+  cores_shared_ = local_size_ > CPU_COUNT(&all);
+#else
+  (void)local;
+#endif
   return Status::OK();
 }
 

@@ -51,6 +51,11 @@ class MpiContext {
   int local_size() const { return local_size_; }
   int cross_rank() const { return cross_rank_; }
   int cross_size() const { return cross_size_; }
+  /// True when this host's ranks outnumber the cores they may run on (the union of their CPU
+  /// affinity masks): a waiting rank then yields its core between polls, or the peer it waits
+  /// for could not run. Otherwise waits spin without yielding, since each yield hands the core
+  /// to whatever thread is runnable, mid-collective.
+  bool cores_shared() const { return cores_shared_; }
 
   /// The MPI datatype carrying `dtype` (half types as 16-bit words).
   static MPI_Datatype datatype(DataType dtype);
@@ -60,8 +65,11 @@ class MpiContext {
  private:
   MPI_Comm base_comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, cross_rank_ = 0, cross_size_ = 1;
+  Status find_cores_shared(MPI_Comm local);
+
   MPI_Op half_ops_[2][5] = {};  // [fp16, bf16][ReduceOp]
   bool ops_created_ = false;
+  bool cores_shared_ = true;
 };
 
 }  // namespace hvd

@@ -13,7 +13,7 @@ Status MpiControlPlane::allreduce_and(std::vector<uint64_t>* words) {
   MPI_Request req;
   HVD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
                                MPI_UINT64_T, MPI_BAND, comm_, &req));
-  return mpi_wait(&req, "MPI_Iallreduce (coordination bit vector)");
+  return mpi_wait(&req, "MPI_Iallreduce (coordination bit vector)", yield_core_);
 }
 
 Status MpiControlPlane::gather(const std::string& mine, std::vector<std::string>* all) {
@@ -24,7 +24,7 @@ Status MpiControlPlane::gather(const std::string& mine, std::vector<std::string>
   std::vector<int> lens(static_cast<size_t>(size_));
   MPI_Request req;
   HVD_MPI_CHECK(MPI_Iallgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm_, &req));
-  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallgather (request sizes)"));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Iallgather (request sizes)", yield_core_));
   std::vector<int> displs(static_cast<size_t>(size_));
   long long total = 0;
   for (int r = 0; r < size_; ++r) {
@@ -43,7 +43,7 @@ Status MpiControlPlane::gather(const std::string& mine, std::vector<std::string>
   if (rank_ == 0) buf.resize(static_cast<size_t>(total));
   HVD_MPI_CHECK(MPI_Igatherv(mine.data(), len, MPI_BYTE, rank_ == 0 ? &buf[0] : nullptr,
                              lens.data(), displs.data(), MPI_BYTE, 0, comm_, &req));
-  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv (requests)"));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Igatherv (requests)", yield_core_));
   if (rank_ == 0) {
     all->resize(static_cast<size_t>(size_));
     for (int r = 0; r < size_; ++r) {
@@ -59,12 +59,12 @@ Status MpiControlPlane::broadcast(std::string* blob) {
   long long len = static_cast<long long>(blob->size());
   MPI_Request req;
   HVD_MPI_CHECK(MPI_Ibcast(&len, 1, MPI_LONG_LONG, 0, comm_, &req));
-  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast (response size)"));
+  HVD_RETURN_IF_ERROR(mpi_wait(&req, "MPI_Ibcast (response size)", yield_core_));
   if (len > 0x7fffffffLL) return Status::Backend("negotiation message over 2 GiB");
   blob->resize(static_cast<size_t>(len));
   if (len == 0) return Status::OK();
   HVD_MPI_CHECK(MPI_Ibcast(&(*blob)[0], static_cast<int>(len), MPI_BYTE, 0, comm_, &req));
-  return mpi_wait(&req, "MPI_Ibcast (responses)");
+  return mpi_wait(&req, "MPI_Ibcast (responses)", yield_core_);
 }
 
 }  // namespace hvd

@@ -11,7 +11,9 @@ namespace hvd {
 /// else (so control messages never interleave with data).
 class MpiControlPlane : public ControlPlane {
  public:
-  MpiControlPlane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  /// `yield_core`: see mpi_wait().
+  MpiControlPlane(MPI_Comm comm, int rank, int size, bool yield_core)
+      : comm_(comm), rank_(rank), size_(size), yield_core_(yield_core) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status allreduce_and(std::vector<uint64_t>* words) override;
@@ -21,6 +23,7 @@ class MpiControlPlane : public ControlPlane {
  private:
   MPI_Comm comm_;
   int rank_, size_;
+  bool yield_core_;
 };
 
 }  // namespace hvd
