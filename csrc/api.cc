@@ -132,7 +132,8 @@ class Submission {
       // so requests stay small however large the group.
       uint64_t h = 1469598103934665603ull;
       for (const auto& e : entries_) {
-        for (unsigned char c : e.request.name + '\0') h = (h ^ c) * 1099511628211ull;
+        for (unsigned char c : e.request.name) h = (h ^ c) * 1099511628211ull;
+        h *= 1099511628211ull;  // the terminating zero byte: (h ^ 0) * prime
       }
       const std::string key = std::string(op_type_name(entries_.front().request.op)) +
                               " group '" + entries_.front().request.name + "' +" +

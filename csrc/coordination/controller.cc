@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/logging.h"
 #include "coordination/validate.h"
@@ -48,55 +50,54 @@ Controller::Controller(ControlPlane* plane, const ControllerOptions& options, Cl
 }
 
 void Controller::absorb(std::vector<Request> incoming) {
+  const size_t n = incoming.size();
+  // Each request's cache bit, and whether the cached response matches it, looked up once.
+  std::vector<std::optional<uint32_t>> bit_of(n);
+  std::vector<char> clean_hit(n, 0);  // cached, matching, no local error
+  if (cache_.enabled()) {
+    for (size_t i = 0; i < n; ++i) {
+      const Request& q = incoming[i];
+      bit_of[i] = cache_.find(q.name);
+      clean_hit[i] = bit_of[i] && q.error.empty() && cache_.at(*bit_of[i]).matches(q, plane_->rank());
+    }
+  }
   // Requests of one group are looked up together: the group is cached only if every member
   // is a clean hit; otherwise all its members go in full and their hits are invalidated.
-  std::map<std::string, std::vector<size_t>> groups;
-  for (size_t i = 0; i < incoming.size(); ++i) {
+  std::vector<bool> group_clean(n, true);
+  std::unordered_map<std::string_view, std::vector<size_t>> groups;  // views of the names
+  for (size_t i = 0; i < n; ++i) {
     if (!incoming[i].group.empty()) groups[incoming[i].group].push_back(i);
+  }
+  for (auto& [key, members] : groups) {
+    const bool clean = std::all_of(members.begin(), members.end(),
+                                   [&](size_t i) { return clean_hit[i] != 0; });
+    if (clean) continue;
+    for (size_t i : members) {
+      group_clean[i] = false;
+      if (bit_of[i]) invalid_bits_.insert(*bit_of[i]);
+    }
   }
   for (const Request& q : incoming) {
     if (q.op == OpType::kJoin) joined_ = true;
   }
-  auto hit_of = [&](const Request& q) -> std::optional<uint32_t> {
-    if (!cache_.enabled()) return std::nullopt;
-    auto bit = cache_.find(q.name);
+  auto hit_of = [&](size_t i) -> std::optional<uint32_t> {
+    const std::optional<uint32_t> bit = bit_of[i];
     // In full, and out of the cache, while a rank has joined (rank 0 must see who submitted
     // what; a rank that submits the same tensor after the join ended -- others_joined_ is a
     // cycle late -- would otherwise set its bit and wait for ever for this rank's bit, while
     // this rank's full request waits for its full one), and for a local error (every rank
     // must see it in full).
-    if (others_joined_ || joined_ || !q.error.empty()) {
+    if (others_joined_ || joined_ || !incoming[i].error.empty()) {
       if (bit) invalid_bits_.insert(*bit);
       return std::nullopt;
     }
-    if (bit && cache_.at(*bit).matches(q, plane_->rank()) && !pending_bits_.contains(*bit)) {
-      return bit;
-    }
+    if (clean_hit[i] && !pending_bits_.contains(*bit)) return bit;
     if (bit) invalid_bits_.insert(*bit);  // cached with other parameters
     return std::nullopt;
   };
-  std::vector<bool> group_clean(incoming.size(), true);
-  for (auto& [key, members] : groups) {
-    bool clean = true;
-    for (size_t i : members) {
-      auto bit = cache_.enabled() ? cache_.find(incoming[i].name) : std::nullopt;
-      if (!bit || !incoming[i].error.empty() ||
-          !cache_.at(*bit).matches(incoming[i], plane_->rank())) {
-        clean = false;
-      }
-    }
-    if (!clean) {
-      for (size_t i : members) {
-        group_clean[i] = false;
-        if (auto bit = cache_.enabled() ? cache_.find(incoming[i].name) : std::nullopt) {
-          invalid_bits_.insert(*bit);
-        }
-      }
-    }
-  }
-  for (size_t i = 0; i < incoming.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     Request& q = incoming[i];
-    std::optional<uint32_t> bit = group_clean[i] ? hit_of(q) : std::nullopt;
+    std::optional<uint32_t> bit = group_clean[i] ? hit_of(i) : std::nullopt;
     if (bit) {
       pending_bits_.put(*bit, std::move(q));
     } else {
@@ -179,12 +180,23 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
     }
   }
   std::vector<uint32_t> ready;
-  std::map<std::string, int> group_ready;
+  // Ready members per group (views of the cached responses' names, stable in this function).
+  // Members of a group are mostly adjacent: the last group counted is tried before the map.
+  std::unordered_map<std::string_view, int> group_ready;
+  int* last_count = nullptr;
+  std::string_view last_group;
+  const auto count_of = [&](const std::string& group) -> int& {
+    if (!last_count || last_group != group) {
+      last_group = group;
+      last_count = &group_ready[last_group];
+    }
+    return *last_count;
+  };
   for (uint32_t bit = 0; bit < nbits; ++bit) {
     if (test_bit(v, kReady, bit) && cache_.has_bit(bit)) {
       ready.push_back(bit);
       const Response& r = cache_.at(bit);
-      if (!r.group.empty()) ++group_ready[r.group];
+      if (!r.group.empty()) ++count_of(r.group);
     }
   }
   std::vector<Response>& hits = out->responses;
@@ -195,7 +207,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   }
   for (uint32_t bit : ready) {
     const Response& r = cache_.at(bit);
-    if (!r.group.empty() && group_ready[r.group] < r.group_size) continue;  // wait for siblings
+    if (!r.group.empty() && count_of(r.group) < r.group_size) continue;  // wait for siblings
     if (n < hits.size()) {
       hits[n] = r;
     } else {

@@ -1,20 +1,93 @@
 // Copyright horovod_cpp authors.
 #include "fusion/fusion_planner.h"
 
-#include <map>
-#include <string>
-#include <tuple>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
 
 namespace hvd {
 namespace {
 
 // Responses fuse only when they reduce the same way.
-using FuseKey = std::tuple<uint8_t, uint8_t, int, uint8_t, double, double>;
+struct FuseKey {
+  DataType dtype;
+  Device device;
+  ReduceOp op;
+  double prescale, postscale;
+  bool operator==(const FuseKey& o) const {
+    return dtype == o.dtype && device.kind == o.device.kind && device.index == o.device.index &&
+           op == o.op && prescale == o.prescale && postscale == o.postscale;
+  }
+};
 
-FuseKey key_of(const Response& r) {
-  return FuseKey(static_cast<uint8_t>(r.dtype), static_cast<uint8_t>(r.device.kind),
-                 r.device.index, static_cast<uint8_t>(r.reduce_op), r.prescale, r.postscale);
-}
+FuseKey key_of(const Response& r) { return {r.dtype, r.device, r.reduce_op, r.prescale, r.postscale}; }
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+// The batch still accepting members of each key. A cycle holds few distinct keys, mostly in
+// runs: the last key found is tried first, then a short linear search.
+class OpenBatches {
+ public:
+  size_t* find(const FuseKey& k) {
+    if (last_ < items_.size() && items_[last_].first == k) return &items_[last_].second;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (items_[i].first == k) {
+        last_ = i;
+        return &items_[i].second;
+      }
+    }
+    return nullptr;
+  }
+  void set(const FuseKey& k, size_t batch) {
+    if (size_t* b = find(k)) {
+      *b = batch;
+      return;
+    }
+    items_.emplace_back(k, batch);
+    last_ = items_.size() - 1;
+  }
+
+ private:
+  std::vector<std::pair<FuseKey, size_t>> items_;
+  size_t last_ = 0;
+};
+
+// One (group, key) of the cycle: the bytes of its fusable members and the batch holding its
+// room. Members of a group are usually adjacent, so the last slot is tried before the map.
+struct GroupSlot {
+  std::string_view group;
+  FuseKey key;
+  int64_t bytes = 0;
+  size_t batch = kNone;
+  size_t next = kNone;  // the next slot of the same group name (another key)
+};
+
+class GroupSlots {
+ public:
+  size_t slot_of(const Response& r, const FuseKey& k) {
+    const std::string_view g(r.group);
+    if (last_ != kNone && slots_[last_].group == g && slots_[last_].key == k) return last_;
+    auto [it, inserted] = heads_.try_emplace(g, slots_.size());
+    size_t s = it->second;
+    if (!inserted) {
+      size_t prev = kNone;
+      for (; s != kNone && !(slots_[s].key == k); s = slots_[s].next) prev = s;
+      if (s == kNone) {
+        s = slots_.size();
+        slots_[prev].next = s;
+      }
+    }
+    if (s == slots_.size()) slots_.push_back(GroupSlot{g, k});
+    last_ = s;
+    return s;
+  }
+  GroupSlot& operator[](size_t s) { return slots_[s]; }
+
+ private:
+  std::vector<GroupSlot> slots_;
+  std::unordered_map<std::string_view, size_t> heads_;  // views of the responses' names
+  size_t last_ = kNone;
+};
 
 }  // namespace
 
@@ -22,16 +95,18 @@ std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int
   auto fusable = [](const Response& r) { return r.ok() && r.op == OpType::kAllreduce; };
   // A group is kept in one batch when its fusable members of one key fit: the batch that takes
   // its first member reserves room for the rest (members need not be adjacent in the list).
-  using GroupKey = std::pair<std::string, FuseKey>;
-  std::map<GroupKey, int64_t> group_bytes;
-  for (const Response& r : responses) {
-    if (fusable(r) && !r.group.empty()) group_bytes[{r.group, key_of(r)}] += r.nbytes_for_rank(0);
+  GroupSlots groups;
+  std::vector<size_t> slot(responses.size(), kNone);  // per response: its group's slot
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = responses[i];
+    if (!fusable(r) || r.group.empty()) continue;
+    slot[i] = groups.slot_of(r, key_of(r));
+    groups[slot[i]].bytes += r.nbytes_for_rank(0);
   }
-  std::map<GroupKey, size_t> group_batch;  // group -> the batch holding its room
-  std::vector<int64_t> reserved;           // per batch: room promised to later group members
+  std::vector<int64_t> reserved;  // per batch: room promised to later group members
 
   std::vector<FusionBatch> batches;
-  std::map<FuseKey, size_t> open;  // key -> index of the batch still accepting members
+  OpenBatches open;
   auto start_batch = [&](size_t i, int64_t bytes) {
     FusionBatch b;
     b.members.push_back(i);
@@ -48,20 +123,18 @@ std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int
       continue;
     }
     const FuseKey key = key_of(r);
-    const GroupKey gk{r.group, key};
-    const bool keep_group = !r.group.empty() && group_bytes[gk] <= threshold;
+    GroupSlot* g = slot[i] == kNone ? nullptr : &groups[slot[i]];
+    const bool keep_group = g && g->bytes <= threshold;
     size_t target = batches.size();  // a new batch unless one below takes it
-    if (auto g = group_batch.find(gk); keep_group && g != group_batch.end()) {
-      target = g->second;  // a later member: its room is reserved
+    if (keep_group && g->batch != kNone) {
+      target = g->batch;  // a later member: its room is reserved
       reserved[target] -= bytes;
     } else {
-      const int64_t need = keep_group ? group_bytes[gk] : bytes;
-      auto it = open.find(key);
-      if (it != open.end() && batches[it->second].bytes + reserved[it->second] + need <= threshold) {
-        target = it->second;
-      }
+      const int64_t need = keep_group ? g->bytes : bytes;
+      const size_t* o = open.find(key);
+      if (o && batches[*o].bytes + reserved[*o] + need <= threshold) target = *o;
       if (keep_group) {
-        group_batch[gk] = target;
+        g->batch = target;
         if (target < reserved.size()) reserved[target] += need - bytes;
       }
     }
@@ -72,8 +145,8 @@ std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int
       b.bytes += bytes;
     } else {
       start_batch(i, bytes);
-      if (keep_group) reserved.back() = group_bytes[gk] - bytes;
-      open[key] = target;
+      if (keep_group) reserved.back() = g->bytes - bytes;
+      open.set(key, target);
     }
   }
   return batches;

@@ -209,3 +209,94 @@ TEST_CASE("random response lists give valid plans", "[fusion]") {
     }
   }
 }
+
+namespace {
+
+// The planner as first written (ordered maps keyed by group name and key), kept as the
+// reference that the faster one must match plan for plan.
+std::vector<FusionBatch> reference_plan(const std::vector<Response>& responses, int64_t threshold) {
+  auto fusable = [](const Response& r) { return r.ok() && r.op == OpType::kAllreduce; };
+  using GroupKey = std::pair<std::string, Key>;
+  std::map<GroupKey, int64_t> group_bytes;
+  for (const Response& r : responses) {
+    if (fusable(r) && !r.group.empty()) group_bytes[{r.group, key(r)}] += r.nbytes_for_rank(0);
+  }
+  std::map<GroupKey, size_t> group_batch;
+  std::vector<int64_t> reserved;
+  std::vector<FusionBatch> batches;
+  std::map<Key, size_t> open;
+  auto start_batch = [&](size_t i, int64_t bytes) {
+    FusionBatch b;
+    b.members.push_back(i);
+    b.offsets.push_back(0);
+    b.bytes = bytes;
+    batches.push_back(std::move(b));
+    reserved.push_back(0);
+  };
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = responses[i];
+    const int64_t bytes = fusable(r) ? r.nbytes_for_rank(0) : 0;
+    if (!fusable(r) || threshold <= 0 || bytes >= threshold) {
+      start_batch(i, bytes);
+      continue;
+    }
+    const GroupKey gk{r.group, key(r)};
+    const bool keep_group = !r.group.empty() && group_bytes[gk] <= threshold;
+    size_t target = batches.size();
+    if (auto g = group_batch.find(gk); keep_group && g != group_batch.end()) {
+      target = g->second;
+      reserved[target] -= bytes;
+    } else {
+      const int64_t need = keep_group ? group_bytes[gk] : bytes;
+      auto it = open.find(key(r));
+      if (it != open.end() && batches[it->second].bytes + reserved[it->second] + need <= threshold) {
+        target = it->second;
+      }
+      if (keep_group) {
+        group_batch[gk] = target;
+        if (target < reserved.size()) reserved[target] += need - bytes;
+      }
+    }
+    if (target < batches.size()) {
+      FusionBatch& b = batches[target];
+      b.members.push_back(i);
+      b.offsets.push_back(b.bytes);
+      b.bytes += bytes;
+    } else {
+      start_batch(i, bytes);
+      if (keep_group) reserved.back() = group_bytes[gk] - bytes;
+      open[key(r)] = target;
+    }
+  }
+  return batches;
+}
+
+}  // namespace
+
+TEST_CASE("the planner matches the reference plan on random lists", "[fusion]") {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::vector<Response> rs;
+    const int n = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < n; ++i) {
+      Response r = ar("t" + std::to_string(i), 4 * (1 + static_cast<int64_t>(rng() % 64)),
+                      rng() % 3 ? DataType::kFloat32 : DataType::kInt32);
+      if (rng() % 5 == 0) r.reduce_op = ReduceOp::kMin;
+      if (rng() % 7 == 0) r.postscale = 0.5;
+      if (rng() % 11 == 0) r.device = Device::cuda(static_cast<int>(rng() % 2));
+      if (rng() % 9 == 0) r.error = "x";
+      if (rng() % 9 == 0) r.op = OpType::kBroadcast;
+      if (rng() % 2 == 0) r.group = "group-with-a-long-name-" + std::to_string(rng() % 4);
+      rs.push_back(r);
+    }
+    const int64_t threshold = static_cast<int64_t>(rng() % 600);
+    const auto plan = plan_fusion(rs, threshold);
+    const auto want = reference_plan(rs, threshold);
+    REQUIRE(plan.size() == want.size());
+    for (size_t b = 0; b < plan.size(); ++b) {
+      CHECK(plan[b].members == want[b].members);
+      CHECK(plan[b].offsets == want[b].offsets);
+      CHECK(plan[b].bytes == want[b].bytes);
+    }
+  }
+}
