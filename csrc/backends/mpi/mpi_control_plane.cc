@@ -9,11 +9,51 @@
 
 namespace hvd {
 
+// Every cycle runs this once, so it is point to point rather than MPI_Iallreduce: Open MPI's
+// nonblocking collectives build a schedule per call, and on two ranks of one host that cost
+// 1.8 us per negotiation against 0.5 us for one Isend/Irecv pair (bench of both, medians).
+// Recursive doubling over the largest power of two p <= size; ranks p..size-1 first hand
+// their words to rank - p and get the result back from it at the end.
 Status MpiControlPlane::allreduce_and(std::vector<uint64_t>* words) {
-  MPI_Request req;
-  HVD_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, words->data(), static_cast<int>(words->size()),
-                               MPI_UINT64_T, MPI_BAND, comm_, &req));
-  return mpi_wait(&req, "MPI_Iallreduce (coordination bit vector)", yield_core_);
+  if (size_ == 1) return Status::OK();
+  const int n = static_cast<int>(words->size());
+  peer_words_.resize(words->size());
+  uint64_t* mine = words->data();
+  uint64_t* theirs = peer_words_.data();
+  const char* what = "coordination bit vector exchange";
+  auto exchange = [&](int peer) {  // sends mine, receives theirs
+    MPI_Request req[2];
+    HVD_MPI_CHECK(MPI_Irecv(theirs, n, MPI_UINT64_T, peer, kAndTag, comm_, &req[0]));
+    HVD_MPI_CHECK(MPI_Isend(mine, n, MPI_UINT64_T, peer, kAndTag, comm_, &req[1]));
+    return mpi_wait_all(req, 2, what, yield_core_);
+  };
+  auto fold = [&] {
+    for (int i = 0; i < n; ++i) mine[i] &= theirs[i];
+  };
+  int p = 1;
+  while (p * 2 <= size_) p *= 2;
+  if (rank_ >= p) {  // an extra rank: its partner does the work
+    HVD_RETURN_IF_ERROR(exchange(rank_ - p));
+    std::copy(theirs, theirs + n, mine);
+    return Status::OK();
+  }
+  const bool has_extra = rank_ + p < size_;
+  if (has_extra) {
+    MPI_Request req;
+    HVD_MPI_CHECK(MPI_Irecv(theirs, n, MPI_UINT64_T, rank_ + p, kAndTag, comm_, &req));
+    HVD_RETURN_IF_ERROR(mpi_wait(&req, what, yield_core_));
+    fold();
+  }
+  for (int mask = 1; mask < p; mask <<= 1) {
+    HVD_RETURN_IF_ERROR(exchange(rank_ ^ mask));
+    fold();
+  }
+  if (has_extra) {
+    MPI_Request req;
+    HVD_MPI_CHECK(MPI_Isend(mine, n, MPI_UINT64_T, rank_ + p, kAndTag, comm_, &req));
+    HVD_RETURN_IF_ERROR(mpi_wait(&req, what, yield_core_));
+  }
+  return Status::OK();
 }
 
 Status MpiControlPlane::gather(const std::string& mine, std::vector<std::string>* all) {

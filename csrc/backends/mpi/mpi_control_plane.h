@@ -3,6 +3,9 @@
 
 #include <mpi.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "coordination/control_plane.h"
 
 namespace hvd {
@@ -24,6 +27,8 @@ class MpiControlPlane : public ControlPlane {
   MPI_Comm comm_;
   int rank_, size_;
   bool yield_core_;
+  static constexpr int kAndTag = 0x4876;  // the bit-vector exchange's point-to-point messages
+  std::vector<uint64_t> peer_words_;      // what the current partner sent
 };
 
 }  // namespace hvd

@@ -11,6 +11,10 @@
 namespace hvd {
 
 Status mpi_wait(MPI_Request* request, const char* what, bool yield_core) {
+  return mpi_wait_all(request, 1, what, yield_core);
+}
+
+Status mpi_wait_all(MPI_Request* requests, int count, const char* what, bool yield_core) {
   using clock = std::chrono::steady_clock;
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr long kMaxSleepNs = 200 * 1000;
@@ -19,7 +23,7 @@ Status mpi_wait(MPI_Request* request, const char* what, bool yield_core) {
   int done = 0;
   unsigned polls = 0;
   while (true) {
-    const int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    const int rc = MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       return Status::Backend(std::string(what) + " failed: " + mpi_error_string(rc));
     }

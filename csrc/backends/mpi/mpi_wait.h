@@ -16,4 +16,7 @@ namespace hvd {
 /// so that a peer sharing the core can run. `what` names the call in errors.
 Status mpi_wait(MPI_Request* request, const char* what, bool yield_core);
 
+/// mpi_wait() for `count` requests at once (all must complete).
+Status mpi_wait_all(MPI_Request* requests, int count, const char* what, bool yield_core);
+
 }  // namespace hvd
