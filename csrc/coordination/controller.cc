@@ -52,8 +52,10 @@ Controller::Controller(ControlPlane* plane, const ControllerOptions& options, Cl
 void Controller::absorb(std::vector<Request> incoming) {
   const size_t n = incoming.size();
   // Each request's cache bit, and whether the cached response matches it, looked up once.
-  std::vector<std::optional<uint32_t>> bit_of(n);
-  std::vector<char> clean_hit(n, 0);  // cached, matching, no local error
+  std::vector<std::optional<uint32_t>>& bit_of = bit_of_;
+  std::vector<char>& clean_hit = clean_hit_;  // cached, matching, no local error
+  bit_of.assign(n, std::nullopt);
+  clean_hit.assign(n, 0);
   if (cache_.enabled()) {
     for (size_t i = 0; i < n; ++i) {
       const Request& q = incoming[i];
@@ -63,7 +65,8 @@ void Controller::absorb(std::vector<Request> incoming) {
   }
   // Requests of one group are looked up together: the group is cached only if every member
   // is a clean hit; otherwise all its members go in full and their hits are invalidated.
-  std::vector<bool> group_clean(n, true);
+  std::vector<char>& group_clean = group_clean_;
+  group_clean.assign(n, 1);
   std::unordered_map<std::string_view, std::vector<size_t>> groups;  // views of the names
   for (size_t i = 0; i < n; ++i) {
     if (!incoming[i].group.empty()) groups[incoming[i].group].push_back(i);
@@ -73,7 +76,7 @@ void Controller::absorb(std::vector<Request> incoming) {
                                    [&](size_t i) { return clean_hit[i] != 0; });
     if (clean) continue;
     for (size_t i : members) {
-      group_clean[i] = false;
+      group_clean[i] = 0;
       if (bit_of[i]) invalid_bits_.insert(*bit_of[i]);
     }
   }
@@ -104,6 +107,8 @@ void Controller::absorb(std::vector<Request> incoming) {
       uncached_.push_back(std::move(q));
     }
   }
+  incoming.clear();
+  spare_requests_ = std::move(incoming);
 }
 
 // Removes `bit` from the cache (all ranks do this in the same cycle). This rank's pending
@@ -145,7 +150,8 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   const uint32_t nbits = cache_.num_bits();
   const uint32_t words = (nbits + 63) / 64;
   const size_t kReady = 1, kValid = 1 + words, kNone = 1 + 2 * words;
-  std::vector<uint64_t> v(1 + 3 * static_cast<size_t>(words), ~0ull);
+  std::vector<uint64_t>& v = words_;
+  v.assign(1 + 3 * static_cast<size_t>(words), ~0ull);
   std::fill(v.begin() + kReady, v.begin() + kValid, 0ull);
   const bool want_report = is_root && want_stall_report_;
   if (!uncached_.empty() || shutdown_requested_ || want_report || !invalid_bits_.empty()) {
@@ -179,7 +185,8 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
       drop_bit(bit);
     }
   }
-  std::vector<uint32_t> ready;
+  std::vector<uint32_t>& ready = ready_;
+  ready.clear();
   // Ready members per group (views of the cached responses' names, stable in this function).
   // Members of a group are mostly adjacent: the last group counted is tried before the map.
   std::unordered_map<std::string_view, int> group_ready;

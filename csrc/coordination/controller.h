@@ -126,6 +126,10 @@ class Controller {
     if (used.size() > spare_responses_.size()) spare_responses_ = std::move(used);
   }
 
+  /// The last cycle's request vector, emptied: the caller's next burst goes in it (it keeps
+  /// its room), instead of a vector allocated every cycle.
+  std::vector<Request> take_spare_requests() { return std::move(spare_requests_); }
+
   /// True while this rank has called join() and not every rank has.
   bool joined() const { return joined_; }
   /// True while this rank holds requests not yet turned into responses.
@@ -174,6 +178,12 @@ class Controller {
   bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
   std::vector<Response> spare_responses_;  // recycle()d, for the next cycle's cache hits
+  // Scratch of every cycle, kept for its room (a cycle of one tensor allocated ~20 times).
+  std::vector<Request> spare_requests_;            // absorb()'s emptied input
+  std::vector<uint64_t> words_;                    // the negotiated bit vector
+  std::vector<uint32_t> ready_;                    // bits ready everywhere
+  std::vector<std::optional<uint32_t>> bit_of_;    // absorb(): each request's cache bit
+  std::vector<char> clean_hit_, group_clean_;      // absorb(): per request
 
   // Rank 0 only.
   std::unordered_map<std::string, TableEntry> table_;

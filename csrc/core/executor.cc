@@ -17,21 +17,25 @@ namespace {
 // Completes the handles of one batch from the outcome its transport reports. Holds the handles
 // (not the entries): the transport keeps nothing of the core.
 struct Completion {
-  std::vector<std::shared_ptr<detail::HandleState>> handles;  // null where not present
-  std::vector<int> parts;
+  struct Part {
+    std::shared_ptr<detail::HandleState> handle;  // null where not present
+    int index = 0;                                // the tensor's part of its handle
+  };
+  std::vector<Part> parts;
 
   void operator()(BatchOutcome out) const {
     // Last to first: a caller waits on its handles in submission order, so it wakes once,
     // when the first completes, and finds the rest done, instead of waking (and taking the
     // CPU from this thread) for each one.
-    for (size_t k = handles.size(); k-- > 0;) {
-      if (!handles[k]) continue;
+    for (size_t k = parts.size(); k-- > 0;) {
+      const std::shared_ptr<detail::HandleState>& h = parts[k].handle;
+      if (!h) continue;
       if (k < out.results.size()) {
         TensorResult& r = out.results[k];
-        if (r.has_tensor) handles[k]->set_result(parts[k], std::move(r.tensor));
-        if (!r.splits.empty()) handles[k]->set_splits(parts[k], std::move(r.splits));
+        if (r.has_tensor) h->set_result(parts[k].index, std::move(r.tensor));
+        if (!r.splits.empty()) h->set_splits(parts[k].index, std::move(r.splits));
       }
-      handles[k]->complete(out.status);
+      h->complete(out.status);
     }
   }
 };
@@ -63,7 +67,7 @@ std::string describe_current_exception() {
 
 void Executor::execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined) {
   if (responses.empty()) return;
-  const std::vector<FusionBatch> plan = plan_fusion(responses, threshold_);
+  const std::vector<FusionBatch>& plan = planner_.plan(responses, threshold_);
   std::vector<TensorEntry*>& all_entries = entries_;  // refilled every cycle
   take(responses, &all_entries);
   const bool traced = timeline_ && timeline_->enabled();
@@ -72,7 +76,6 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
     Batch b;
     b.tensors.resize(m);
     Completion done;
-    done.handles.resize(m);
     done.parts.resize(m);
     bool diverged = false;
     for (size_t k = 0; k < m; ++k) {
@@ -84,8 +87,7 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       if (t.present) {
         t.input = std::move(e->input);  // the entry is not used again
         t.output = std::move(e->output);
-        done.handles[k] = std::move(e->handle);
-        done.parts[k] = e->part;
+        done.parts[k] = {std::move(e->handle), e->part};
       }
       // A joined rank legitimately lacks entries: it runs allreduces with zeros and has no
       // handle to fail. Otherwise the coordinator only answers names this rank submitted.
@@ -105,7 +107,7 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       continue;
     }
     if (r0.op == OpType::kJoin) {  // negotiation only: the value is the last rank to join
-      if (done.handles[0]) done.handles[0]->set_value(r0.root);
+      if (done.parts[0].handle) done.parts[0].handle->set_value(r0.root);
       done({Status::OK(), {}});
       continue;
     }

@@ -9,6 +9,7 @@
 #include "backends/registry.h"
 #include "coordination/message.h"
 #include "core/tensor_entry.h"
+#include "fusion/fusion_planner.h"
 
 namespace hvd {
 
@@ -53,6 +54,7 @@ class Executor {
 
   TransportRegistry* transports_;
   int64_t threshold_;
+  FusionPlanner planner_;  // keeps the plan's memory from cycle to cycle
   std::vector<int> global_ranks_;
   Timeline* timeline_;
   std::vector<TensorEntry*> entries_;  // execute()'s scratch, kept for its room

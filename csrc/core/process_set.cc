@@ -379,6 +379,10 @@ bool ProcessSetState::cycle() {
   CycleResult result;
   if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
   Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
+  {
+    std::vector<Request> back = controller_->take_spare_requests();  // emptied, with room
+    if (back.capacity() > spare_requests_.capacity()) spare_requests_.swap(back);
+  }
   if (!s.ok()) {
     HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
     const Status why = Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());

@@ -38,6 +38,10 @@ class OpenBatches {
     }
     return nullptr;
   }
+  void clear() {
+    items_.clear();
+    last_ = 0;
+  }
   void set(const FuseKey& k, size_t batch) {
     if (size_t* b = find(k)) {
       *b = batch;
@@ -82,6 +86,11 @@ class GroupSlots {
     return s;
   }
   GroupSlot& operator[](size_t s) { return slots_[s]; }
+  void clear() {
+    slots_.clear();
+    heads_.clear();
+    last_ = kNone;
+  }
 
  private:
   std::vector<GroupSlot> slots_;
@@ -91,24 +100,54 @@ class GroupSlots {
 
 }  // namespace
 
+struct FusionPlanner::Scratch {
+  GroupSlots groups;
+  OpenBatches open;
+  std::vector<size_t> slot;       // per response: its group's slot
+  std::vector<int64_t> reserved;  // per batch: room promised to later group members
+};
+
+FusionPlanner::FusionPlanner() : scratch_(std::make_unique<Scratch>()) {}
+FusionPlanner::~FusionPlanner() = default;
+
 std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int64_t threshold) {
+  FusionPlanner planner;
+  return planner.plan(responses, threshold);
+}
+
+const std::vector<FusionBatch>& FusionPlanner::plan(const std::vector<Response>& responses,
+                                                    int64_t threshold) {
+  // Last cycle's batches become spare ones (their vectors keep their room).
+  for (FusionBatch& b : batches_) spare_.push_back(std::move(b));
+  batches_.clear();
   auto fusable = [](const Response& r) { return r.ok() && r.op == OpType::kAllreduce; };
   // A group is kept in one batch when its fusable members of one key fit: the batch that takes
   // its first member reserves room for the rest (members need not be adjacent in the list).
-  GroupSlots groups;
-  std::vector<size_t> slot(responses.size(), kNone);  // per response: its group's slot
+  Scratch& s = *scratch_;
+  GroupSlots& groups = s.groups;
+  groups.clear();
+  std::vector<size_t>& slot = s.slot;
+  slot.assign(responses.size(), kNone);
   for (size_t i = 0; i < responses.size(); ++i) {
     const Response& r = responses[i];
     if (!fusable(r) || r.group.empty()) continue;
     slot[i] = groups.slot_of(r, key_of(r));
     groups[slot[i]].bytes += r.nbytes_for_rank(0);
   }
-  std::vector<int64_t> reserved;  // per batch: room promised to later group members
+  std::vector<int64_t>& reserved = s.reserved;
+  reserved.clear();
 
-  std::vector<FusionBatch> batches;
-  OpenBatches open;
+  std::vector<FusionBatch>& batches = batches_;
+  OpenBatches& open = s.open;
+  open.clear();
   auto start_batch = [&](size_t i, int64_t bytes) {
     FusionBatch b;
+    if (!spare_.empty()) {
+      b = std::move(spare_.back());
+      spare_.pop_back();
+      b.members.clear();
+      b.offsets.clear();
+    }
     b.members.push_back(i);
     b.offsets.push_back(0);
     b.bytes = bytes;
@@ -149,6 +188,7 @@ std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int
       open.set(key, target);
     }
   }
+  if (spare_.size() > 64) spare_.resize(64);  // a large cycle's batches are not all kept
   return batches;
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "coordination/message.h"
@@ -23,5 +24,23 @@ struct FusionBatch {
 
 /// Plans `responses` with a fusion buffer of `threshold` bytes (0 disables fusion).
 std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int64_t threshold);
+
+/// plan_fusion() for a caller that plans every cycle: the plan and the planner's scratch keep
+/// their memory from one cycle to the next (a cycle of one tensor otherwise allocated six
+/// times here). The returned plan is valid until the next plan().
+class FusionPlanner {
+ public:
+  FusionPlanner();
+  ~FusionPlanner();
+  FusionPlanner(const FusionPlanner&) = delete;
+  FusionPlanner& operator=(const FusionPlanner&) = delete;
+
+  const std::vector<FusionBatch>& plan(const std::vector<Response>& responses, int64_t threshold);
+
+ private:
+  struct Scratch;  // the lookup tables of one plan (fusion_planner.cc)
+  std::unique_ptr<Scratch> scratch_;
+  std::vector<FusionBatch> batches_, spare_;
+};
 
 }  // namespace hvd

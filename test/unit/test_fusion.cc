@@ -275,6 +275,7 @@ std::vector<FusionBatch> reference_plan(const std::vector<Response>& responses, 
 
 TEST_CASE("the planner matches the reference plan on random lists", "[fusion]") {
   std::mt19937 rng(11);
+  FusionPlanner reused;  // one planner for every list: what it keeps must not leak into a plan
   for (int iter = 0; iter < 2000; ++iter) {
     std::vector<Response> rs;
     const int n = 1 + static_cast<int>(rng() % 60);
@@ -292,11 +293,16 @@ TEST_CASE("the planner matches the reference plan on random lists", "[fusion]") 
     const int64_t threshold = static_cast<int64_t>(rng() % 600);
     const auto plan = plan_fusion(rs, threshold);
     const auto want = reference_plan(rs, threshold);
+    const std::vector<FusionBatch>& again = reused.plan(rs, threshold);
     REQUIRE(plan.size() == want.size());
+    REQUIRE(again.size() == want.size());
     for (size_t b = 0; b < plan.size(); ++b) {
       CHECK(plan[b].members == want[b].members);
       CHECK(plan[b].offsets == want[b].offsets);
       CHECK(plan[b].bytes == want[b].bytes);
+      CHECK(again[b].members == want[b].members);
+      CHECK(again[b].offsets == want[b].offsets);
+      CHECK(again[b].bytes == want[b].bytes);
     }
   }
 }
