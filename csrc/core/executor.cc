@@ -17,23 +17,20 @@ namespace {
 // Completes the handles of one batch from the outcome its transport reports. Holds the handles
 // (not the entries): the transport keeps nothing of the core.
 struct Completion {
-  struct Part {
-    std::shared_ptr<detail::HandleState> handle;  // null where not present
-    int index = 0;                                // the tensor's part of its handle
-  };
-  std::vector<Part> parts;
+  // Per tensor: its handle (null where not present) and its part of that handle.
+  std::vector<std::pair<std::shared_ptr<detail::HandleState>, int>> parts;
 
   void operator()(BatchOutcome out) const {
     // Last to first: a caller waits on its handles in submission order, so it wakes once,
     // when the first completes, and finds the rest done, instead of waking (and taking the
     // CPU from this thread) for each one.
     for (size_t k = parts.size(); k-- > 0;) {
-      const std::shared_ptr<detail::HandleState>& h = parts[k].handle;
+      const std::shared_ptr<detail::HandleState>& h = parts[k].first;
       if (!h) continue;
       if (k < out.results.size()) {
         TensorResult& r = out.results[k];
-        if (r.has_tensor) h->set_result(parts[k].index, std::move(r.tensor));
-        if (!r.splits.empty()) h->set_splits(parts[k].index, std::move(r.splits));
+        if (r.has_tensor) h->set_result(parts[k].second, std::move(r.tensor));
+        if (!r.splits.empty()) h->set_splits(parts[k].second, std::move(r.splits));
       }
       h->complete(out.status);
     }
@@ -74,8 +71,11 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
   for (const FusionBatch& fb : plan) {
     const size_t m = fb.members.size();
     Batch b;
+    b.tensors.swap(spare_tensors_);
     b.tensors.resize(m);
+    b.plan = std::move(spare_plan_);  // copy-assigned below, into this room
     Completion done;
+    done.parts.swap(spare_parts_);
     done.parts.resize(m);
     bool diverged = false;
     for (size_t k = 0; k < m; ++k) {
@@ -107,7 +107,7 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       continue;
     }
     if (r0.op == OpType::kJoin) {  // negotiation only: the value is the last rank to join
-      if (done.parts[0].handle) done.parts[0].handle->set_value(r0.root);
+      if (done.parts[0].first) done.parts[0].first->set_value(r0.root);
       done({Status::OK(), {}});
       continue;
     }
@@ -136,7 +136,7 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
     shared->completion = std::move(done);
     b.done = [shared](BatchOutcome out) { (*shared)(std::move(out)); };
     try {
-      t->run(std::move(b));
+      t->run(b);
     } catch (...) {
       // A transport that throws (out of memory for a result, a bug) leaves the other ranks
       // inside or before this collective: the handles fail here, naming what and where, and
@@ -148,6 +148,13 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
                                describe_current_exception();
       (*shared)({Status::Backend(what + "; this process set stops"), {}});
       throw std::runtime_error(what);
+    }
+    if (!b.tensors.empty()) {  // finished before returning (Transport::run): keep the room
+      b.tensors.clear();
+      spare_tensors_.swap(b.tensors);
+      spare_plan_ = std::move(b.plan);
+      shared->completion.parts.clear();  // done was called: the handles are complete
+      spare_parts_.swap(shared->completion.parts);
     }
   }
 }

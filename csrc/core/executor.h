@@ -58,6 +58,13 @@ class Executor {
   std::vector<int> global_ranks_;
   Timeline* timeline_;
   std::vector<TensorEntry*> entries_;  // execute()'s scratch, kept for its room
+  // The vectors of the last batch a transport finished before returning, for the next one:
+  // built anew, a fused batch of a thousand tensors allocates ~150 KiB per cycle, and each
+  // such allocation makes glibc merge its free small blocks (every tiny tensor's next
+  // allocation then takes its slow path).
+  std::vector<BatchTensor> spare_tensors_;
+  FusionBatch spare_plan_;
+  std::vector<std::pair<std::shared_ptr<detail::HandleState>, int>> spare_parts_;
 };
 
 }  // namespace hvd

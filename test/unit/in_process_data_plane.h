@@ -72,7 +72,7 @@ class FilteredTransport : public Transport {
       : inner_(std::move(inner)), name_(name), take_(std::move(take)) {}
   const char* name() const override { return name_; }
   bool accepts(const Batch& b) const override { return take_(b); }
-  void run(Batch b) override { inner_->run(std::move(b)); }
+  void run(Batch& b) override { inner_->run(b); }
 
  private:
   std::unique_ptr<Transport> inner_;

@@ -30,7 +30,7 @@ std::string phase_prefix(const char* name) {
 CpuTransport::CpuTransport(std::unique_ptr<DataPlane> plane, SetLayout layout)
     : plane_(std::move(plane)), layout_(std::move(layout)), prefix_(phase_prefix(plane_->name())) {}
 
-void CpuTransport::run(Batch b) {
+void CpuTransport::run(Batch& b) {
   BatchOutcome out;
   const Response& r0 = b.first();
   // Only the collectives that allocate a result need one slot per tensor (never fused).

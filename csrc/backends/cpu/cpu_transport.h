@@ -22,7 +22,7 @@ class CpuTransport : public Transport {
   const char* name() const override { return plane_->name(); }
   /// Every collective on CPU tensors.
   bool accepts(const Batch& batch) const override { return batch.device.is_cpu(); }
-  void run(Batch batch) override;
+  void run(Batch& batch) override;
 
  private:
   /// Runs the batch; a failure of a plane whose failures are fatal is reported as fatal.

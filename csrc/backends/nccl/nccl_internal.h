@@ -116,7 +116,7 @@ class NcclTransport : public Transport {
   bool accepts(const Batch& b) const override { return b.device.is_cuda(); }
   bool claims_device(const Device& d) const override { return d.is_cuda(); }
   Status check_device(const Device& device, const std::string& what) const override;
-  void run(Batch b) override;
+  void run(Batch& batch) override;
   void drain() override;
 
  private:

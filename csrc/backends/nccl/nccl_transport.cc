@@ -84,7 +84,8 @@ void NcclTransport::set_fatal(const std::string& why) {
 
 // ---- run -----------------------------------------------------------------------------------
 
-void NcclTransport::run(Batch b) {
+void NcclTransport::run(Batch& batch) {
+  Batch b = std::move(batch);  // the GPU work goes on after this returns
   // Absent tensors (present false) are what joining means here: they contribute zeros.
   const std::string what = b.describe();
   const Response& r0 = b.first();

@@ -30,7 +30,7 @@ class ShmTransport : public Transport {
     return b.op == OpType::kAllreduce ||
            (b.op == OpType::kReducescatter && b.tensors.size() == 1 && b.tensors[0].present);
   }
-  void run(Batch b) override {
+  void run(Batch& b) override {
     const int64_t t0 = b.phase ? now_micros() : 0;
     BatchOutcome out;  // an allreduce allocates no results: out.results stays empty
     const bool rs = b.op == OpType::kReducescatter;
