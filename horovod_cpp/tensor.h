@@ -13,8 +13,14 @@ namespace hvd {
 /// The shape of a tensor: one extent per dimension; empty for a scalar.
 using Shape = std::vector<int64_t>;
 
-/// Number of elements of `shape` (1 for a scalar).
+/// Number of elements of `shape` (1 for a scalar). A product that does not fit in int64_t
+/// (a shape no tensor can have, e.g. one decoded from a corrupt message) saturates at
+/// INT64_MAX instead of overflowing.
 int64_t num_elements(const Shape& shape);
+
+/// a * b, or INT64_MAX (INT64_MIN for a negative product) when it does not fit: size
+/// arithmetic on shapes and counts that come from other ranks.
+int64_t saturating_mul(int64_t a, int64_t b);
 
 /// "[4,5]" for error messages.
 std::string shape_str(const Shape& shape);

@@ -1,5 +1,6 @@
 // Copyright horovod_cpp authors. Implementations of the small public helpers of types.h and
 // tensor.h.
+#include <limits>
 #include <sstream>
 
 #include "common/buffer_cache.h"
@@ -63,9 +64,21 @@ std::string Device::str() const {
   return index < 0 ? std::string("cuda") : "cuda:" + std::to_string(index);
 }
 
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (!__builtin_mul_overflow(a, b, &r)) return r;
+  return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min()
+                            : std::numeric_limits<int64_t>::max();
+}
+
 int64_t num_elements(const Shape& shape) {
+  // A zero extent makes the product 0 whatever the others (checked first: a saturated
+  // prefix must not hide it).
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = saturating_mul(n, d);
   return n;
 }
 

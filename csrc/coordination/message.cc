@@ -30,9 +30,9 @@ int64_t Response::nbytes_for_rank(int rank) const {
   if (op == OpType::kAllgather || op == OpType::kAlltoall) {
     const int64_t d0 = shape.empty() ? 1 : shape[0];
     const int64_t row = d0 == 0 ? num_elements(Shape(shape.begin() + 1, shape.end())) : n / d0;
-    n = row * first_dims.at(static_cast<size_t>(rank));
+    n = saturating_mul(row, first_dims.at(static_cast<size_t>(rank)));
   }
-  return n * static_cast<int64_t>(dtype_size(dtype));
+  return saturating_mul(n, static_cast<int64_t>(dtype_size(dtype)));
 }
 
 bool Response::matches(const Request& req, int rank) const {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -56,21 +57,30 @@ std::string mpi_size_limit(const Response& resp, int n) {
       resp.shape.empty() ? 1 : num_elements(Shape(resp.shape.begin() + 1, resp.shape.end()));
   if (resp.op == OpType::kAllgather) {
     int64_t rows = 0;
-    for (int64_t d : resp.first_dims) rows += d;
-    if (rows * row * esize > kMax) {
-      return "the gathered result is " + std::to_string(rows * row * esize) +
+    for (int64_t d : resp.first_dims) {
+      if (__builtin_add_overflow(rows, d, &rows)) rows = std::numeric_limits<int64_t>::max();
+    }
+    const int64_t bytes = saturating_mul(saturating_mul(rows, row), esize);
+    if (bytes > kMax) {
+      return "the gathered result is " + std::to_string(bytes) +
              " bytes; the MPI data plane moves at most 2^31-1 bytes per allgather";
     }
   } else if (resp.op == OpType::kAlltoall && resp.all_splits.size() == static_cast<size_t>(n) * n) {
     for (int r = 0; r < n; ++r) {
       int64_t send = 0, recv = 0;
       for (int k = 0; k < n; ++k) {
-        send += resp.all_splits[static_cast<size_t>(r * n + k)];
-        recv += resp.all_splits[static_cast<size_t>(k * n + r)];
+        if (__builtin_add_overflow(send, resp.all_splits[static_cast<size_t>(r * n + k)], &send)) {
+          send = std::numeric_limits<int64_t>::max();
+        }
+        if (__builtin_add_overflow(recv, resp.all_splits[static_cast<size_t>(k * n + r)], &recv)) {
+          recv = std::numeric_limits<int64_t>::max();
+        }
       }
-      if (std::max(send, recv) * row * esize > kMax) {
-        return "rank " + std::to_string(r) + " would send " + std::to_string(send * row * esize) +
-               " and receive " + std::to_string(recv * row * esize) +
+      const int64_t send_bytes = saturating_mul(saturating_mul(send, row), esize);
+      const int64_t recv_bytes = saturating_mul(saturating_mul(recv, row), esize);
+      if (std::max(send_bytes, recv_bytes) > kMax) {
+        return "rank " + std::to_string(r) + " would send " + std::to_string(send_bytes) +
+               " and receive " + std::to_string(recv_bytes) +
                " bytes; the MPI data plane moves at most 2^31-1 bytes per rank per alltoall";
       }
     }
