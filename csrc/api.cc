@@ -147,7 +147,7 @@ class Submission {
       // Sent anyway, marked failed: every other rank's matching call fails naming this rank
       // and the reason, instead of waiting for a tensor this rank will never send. The handle
       // behind them is this call's own, which nobody waits on.
-      auto failed = detail::make_handle_state(entries_.front().request.name,
+      auto failed = std::make_shared<detail::HandleState>(entries_.front().request.name,
                                                           static_cast<int>(entries_.size()));
       for (auto& e : entries_) {
         e.request.error = error_;
@@ -160,7 +160,7 @@ class Submission {
       }
       throw InvalidArgumentError(error_);
     }
-    auto state = detail::make_handle_state(
+    auto state = std::make_shared<detail::HandleState>(
         unnamed_.empty() ? handle_name : entries_.front().request.name,
         static_cast<int>(entries_.size()));
     state->set_driver(set_);  // an untimed wait runs the set's cycles itself

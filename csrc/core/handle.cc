@@ -1,11 +1,7 @@
 // Copyright horovod_cpp authors.
 #include <atomic>
 #include <chrono>
-#include <cstddef>
-#include <mutex>
-#include <new>
 #include <thread>
-#include <vector>
 
 #include "core/handle_state.h"
 #include "horovod_cpp/handle.h"
@@ -26,71 +22,6 @@ void HandleState::complete(const Status& status) {
 }
 
 namespace {
-
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
-// Free blocks of one size (the first size returned: the states' control blocks).
-class BlockPool {
- public:
-  void* get(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (bytes == size_ && !free_.empty()) {
-        void* p = free_.back();
-        free_.pop_back();
-        return p;
-      }
-    }
-    return ::operator new(bytes);
-  }
-  void put(void* p, size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (size_ == 0) size_ = bytes;
-      if (bytes == size_ && free_.size() < kMaxBlocks && !kSanitized) {
-        free_.push_back(p);
-        return;
-      }
-    }
-    ::operator delete(p);
-  }
-
- private:
-  static constexpr size_t kMaxBlocks = 4096;
-  std::mutex mu_;
-  size_t size_ = 0;
-  std::vector<void*> free_;
-};
-
-BlockPool& state_pool() {
-  static BlockPool* pool = new BlockPool();  // never destroyed: states may die at exit
-  return *pool;
-}
-
-template <typename T>
-struct PoolAllocator {
-  using value_type = T;
-  PoolAllocator() = default;
-  template <typename U>
-  PoolAllocator(const PoolAllocator<U>&) {}  // NOLINT: rebinding, as allocators do
-  T* allocate(size_t n) { return static_cast<T*>(state_pool().get(n * sizeof(T))); }
-  void deallocate(T* p, size_t n) { state_pool().put(p, n * sizeof(T)); }
-  template <typename U>
-  bool operator==(const PoolAllocator<U>&) const { return true; }
-  template <typename U>
-  bool operator!=(const PoolAllocator<U>&) const { return false; }
-};
-
 std::atomic<int> g_threads_waiting{0};
 
 struct WaitingThread {  // counts this thread in g_threads_waiting while it lives
@@ -145,10 +76,6 @@ bool HandleState::wait_until(std::chrono::steady_clock::time_point deadline) {
   const bool done_in_time = cv_.wait_until(lk, deadline, [this] { return done(); });
   --sleepers_;
   return done_in_time;
-}
-
-std::shared_ptr<HandleState> make_handle_state(std::string name, int parts) {
-  return std::allocate_shared<HandleState>(PoolAllocator<HandleState>(), std::move(name), parts);
 }
 
 void HandleState::wait() { wait_until(std::chrono::steady_clock::time_point::max()); }

@@ -103,12 +103,5 @@ class HandleState {
   std::atomic<bool> done_{false};
 };
 
-/// A new HandleState, its shared_ptr control block taken from a free list of such blocks: a
-/// step of a thousand tiny tensors makes and drops a thousand states, and glibc serves
-/// blocks of this size (about 300 bytes) from its slow bins once its per-thread cache (7
-/// blocks) is full. Blocks go back to the list (at most 4,096 kept) from whichever thread
-/// drops the last reference. Under AddressSanitizer every state comes from the heap.
-std::shared_ptr<HandleState> make_handle_state(std::string name, int parts);
-
 }  // namespace detail
 }  // namespace hvd
