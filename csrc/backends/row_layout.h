@@ -15,14 +15,25 @@ namespace hvd {
 /// Elements in one row of dimension 0 (the product of the other dimensions; 1 for a vector).
 int64_t row_elements(const Shape& shape);
 
+/// An allgather: bytes each member contributes (in member order) and the output's shape.
+struct AllgatherPlan {
+  std::vector<int64_t> bytes;
+  Shape shape;
+};
+AllgatherPlan plan_allgather(const Response& r);
+
 /// An alltoall seen from member `rank` of `size`: bytes sent to and received from each member
 /// (in member order, the order of the blocks in the input and the output), rows received from
 /// each (the output's splits) and the output's first dimension.
 struct AlltoallPlan {
   std::vector<int64_t> send_bytes, recv_bytes, recv_rows;
+  /// Where, in each member's input, the block it sends this member starts (bytes).
+  std::vector<int64_t> recv_from;
   int64_t rows = 0;
 };
 AlltoallPlan plan_alltoall(const Response& r, int size, int rank);
+/// The most bytes any member of an alltoall sends any member (the same on every rank).
+int64_t alltoall_longest_block(const Response& r);
 
 /// A reducescatter's rows of dimension 0, dealt out evenly, the first dim0 % size members
 /// getting one more: rows and elements per member.

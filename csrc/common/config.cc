@@ -95,6 +95,10 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM", &c.shm_enabled));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_MIN_BYTES", &c.shm_min_bytes));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_SHM_GATHER_MAX_BYTES", &c.shm_gather_max_bytes));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", &c.shm_single_copy_bytes));
   if (c.shm_chunk_bytes < 4096) c.shm_chunk_bytes = 4096;
   if (auto v = lookup("HOROVOD_TIMELINE"); v) c.timeline_path = *v;
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
@@ -129,6 +133,8 @@ std::string Config::describe() const {
      << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
      << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
+     << " HOROVOD_CPP_SHM_GATHER_MAX_BYTES=" << shm_gather_max_bytes
+     << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes
      << " HOROVOD_TIMELINE=" << timeline_path
      << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes

@@ -43,10 +43,18 @@ struct Config {
   /// HOROVOD_CPP_SHM (default 1): CPU allreduces among ranks of one host go through shared
   /// memory; 0 forces MPI.
   bool shm_enabled = true;
-  /// HOROVOD_CPP_SHM_MIN_BYTES (default 32 KiB): smaller reductions use MPI (lower latency).
-  int64_t shm_min_bytes = 32 * 1024;
+  /// HOROVOD_CPP_SHM_MIN_BYTES (default 0): smaller collectives use MPI.
+  int64_t shm_min_bytes = 0;
   /// HOROVOD_CPP_SHM_CHUNK_BYTES (default 1 MiB): bytes per pipelined shared-memory step.
   int64_t shm_chunk_bytes = 1024 * 1024;
+  /// HOROVOD_CPP_SHM_SINGLE_COPY_BYTES (default 256 KiB; 0 = never): allgather and
+  /// alltoall blocks of at least this many bytes (broadcasts of an eighth of it) are read
+  /// straight from the peer's memory (process_vm_readv, one copy) when every rank can;
+  /// smaller ones go through the shared segment (two copies, in cache).
+  int64_t shm_single_copy_bytes = 256 * 1024;
+  /// HOROVOD_CPP_SHM_GATHER_MAX_BYTES (default 256 KiB): where single copies are impossible,
+  /// broadcasts, allgathers and alltoalls of more bytes per rank than this use MPI.
+  int64_t shm_gather_max_bytes = 256 * 1024;
   /// HOROVOD_CPP_BUFFER_CACHE_BYTES (default 256 MiB, 0 = off): the most bytes of released
   /// result tensors (from 256 KiB up) kept mapped for reuse (common/buffer_cache.h).
   int64_t buffer_cache_bytes = 256ll * 1024 * 1024;

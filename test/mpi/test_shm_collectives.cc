@@ -152,3 +152,63 @@ TEST_CASE("large allgather and alltoall results stay right when their blocks are
     CHECK(bad == 0);
   }
 }
+
+TEST_CASE("broadcast, allgather and alltoall at every size class, uneven blocks",
+          "[broadcast][allgather][alltoall][shm]") {
+  // From a few bytes to several pieces of the shared segment: across the thresholds between
+  // MPI, the two-copy path and the single-copy path (whichever this run's settings choose).
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  auto val = [](int r, int64_t i, int step) {
+    return static_cast<int32_t>(r * 1000003 + (i * 7 + step) % 100003);
+  };
+  int step = 0;
+  for (int64_t cols : {int64_t{1}, int64_t{1000}, int64_t{25000}, int64_t{70001}}) {
+    ++step;
+    const std::string tag = std::to_string(cols);
+    // broadcast from every root: 3 rows of `cols`
+    for (int root = 0; root < n; ++root) {
+      std::vector<int32_t> b(static_cast<size_t>(3 * cols));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = val(me, static_cast<int64_t>(i), step);
+      hvd::broadcast("sz.bcast." + tag + "." + std::to_string(root),
+                     hvd::TensorView(b.data(), DataType::kInt32, {3, cols}), root);
+      int64_t bad = 0;
+      for (size_t i = 0; i < b.size(); ++i) bad += b[i] != val(root, static_cast<int64_t>(i), step);
+      CHECK(bad == 0);
+    }
+    // allgather: rank r has (r + step) % 3 rows (some ranks none)
+    auto rows_of = [&](int r) { return static_cast<int64_t>((r + step) % 3); };
+    std::vector<int32_t> in(static_cast<size_t>(rows_of(me) * cols));
+    for (size_t i = 0; i < in.size(); ++i) in[i] = val(me, static_cast<int64_t>(i), step);
+    hvd::Tensor g = hvd::allgather("sz.ag." + tag,
+                                   hvd::TensorView(in.data(), DataType::kInt32, {rows_of(me), cols}));
+    int64_t total = 0, bad = 0, at = 0;
+    for (int r = 0; r < n; ++r) total += rows_of(r);
+    REQUIRE(g.shape() == std::vector<int64_t>{total, cols});
+    for (int r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < rows_of(r) * cols; ++i) bad += g.data_as<int32_t>()[at + i] != val(r, i, step);
+      at += rows_of(r) * cols;
+    }
+    CHECK(bad == 0);
+    // alltoall: src sends (src + 2 * dst + step) % 4 rows to dst (zero-size blocks included)
+    auto split = [&](int src, int dst) { return static_cast<int64_t>((src + 2 * dst + step) % 4); };
+    std::vector<int64_t> splits(static_cast<size_t>(n));
+    int64_t send_rows = 0;
+    for (int r = 0; r < n; ++r) send_rows += splits[static_cast<size_t>(r)] = split(me, r);
+    std::vector<int32_t> a(static_cast<size_t>(send_rows * cols));
+    int64_t row = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < split(me, r) * cols; ++j) a[static_cast<size_t>(row * cols + j)] = val(me, r * 100 + j, step);
+      row += split(me, r);
+    }
+    auto res = hvd::alltoall("sz.a2a." + tag, hvd::TensorView(a.data(), DataType::kInt32, {send_rows, cols}), splits);
+    bad = 0;
+    at = 0;
+    for (int r = 0; r < n; ++r) {
+      CHECK(res.received_splits[static_cast<size_t>(r)] == split(r, me));
+      for (int64_t j = 0; j < split(r, me) * cols; ++j) bad += res.output.data_as<int32_t>()[at + j] != val(r, me * 100 + j, step);
+      at += split(r, me) * cols;
+    }
+    CHECK(bad == 0);
+  }
+}

@@ -162,14 +162,9 @@ Status CpuTransport::allreduce_fused(Batch& b) {
 }
 
 Status CpuTransport::allgather(const Response& r, const BatchTensor& t, TensorResult* out) {
-  Shape out_shape = r.shape;
-  int64_t rows = 0;
-  for (int64_t d : r.first_dims) rows += d;
-  out_shape[0] = rows;
-  Tensor result = Tensor::empty(r.dtype, out_shape);  // every byte is written below
-  std::vector<int64_t> bytes(r.first_dims.size());
-  for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = r.nbytes_for_rank(static_cast<int>(k));
-  HVD_RETURN_IF_ERROR(plane_->allgatherv(t.input.data, result.data(), bytes));
+  const AllgatherPlan plan = plan_allgather(r);
+  Tensor result = Tensor::empty(r.dtype, plan.shape);  // every byte is written below
+  HVD_RETURN_IF_ERROR(plane_->allgatherv(t.input.data, result.data(), plan.bytes));
   out->has_tensor = true;
   out->tensor = std::move(result);
   return Status::OK();

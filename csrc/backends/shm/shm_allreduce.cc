@@ -5,11 +5,13 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <chrono>
 #include <cstring>
 
@@ -20,6 +22,9 @@ namespace {
 
 constexpr size_t kHeaderBytes = 4096;
 constexpr auto kDeadline = std::chrono::seconds(300);
+// Bytes per block and round of the two-copy broadcast/allgather: small enough that a round's
+// piece is still in cache when the readers copy it, large enough that the flags cost little.
+constexpr int64_t kGatherPiece = 64 * 1024;
 
 std::string shm_name(const std::string& tag, int rank) {
   return "/hvdcpp." + tag + "." + std::to_string(rank);
@@ -75,15 +80,22 @@ class Pieces {
 struct ShmAllreduce::Header {
   alignas(64) std::atomic<uint64_t> counter[3];  // published, reduced, collected (chunks)
   char pad[64 * 3];
+  // Single-copy rounds: the owner's input, valid from its kPublished to the round's end.
+  alignas(64) uint64_t buffer;
+  int64_t pid;      // the owner's process, for process_vm_readv
+  uint64_t self;    // this segment's address in the owner's address space (the probe)
 };
+
 
 Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t chunk_bytes,
                             std::unique_ptr<ShmAllreduce>* out) {
+  static_assert(sizeof(Header) <= kHeaderBytes, "the header must fit before the slots");
   std::unique_ptr<ShmAllreduce> s(new ShmAllreduce());
   s->tag_ = tag;
   s->rank_ = rank;
   s->size_ = size;
   s->chunk_bytes_ = chunk_bytes;
+  s->gather_piece_ = std::min<int64_t>(chunk_bytes, kGatherPiece);
   s->map_bytes_ = kHeaderBytes + 2 * static_cast<size_t>(chunk_bytes);
   s->maps_.assign(static_cast<size_t>(size), nullptr);
   const std::string name = shm_name(tag, rank);
@@ -110,6 +122,9 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
   }
   Header* h = new (p) Header();
   for (auto& c : h->counter) c.store(0, std::memory_order_relaxed);
+  h->buffer = 0;
+  h->pid = static_cast<int64_t>(getpid());
+  h->self = reinterpret_cast<uint64_t>(p);
   s->maps_[static_cast<size_t>(rank)] = static_cast<unsigned char*>(p);
   *out = std::move(s);
   return Status::OK();
@@ -153,31 +168,78 @@ void ShmAllreduce::signal(int which, uint64_t value) {
   header(rank_)->counter[which].store(value, std::memory_order_release);
 }
 
-// Waits until every peer's counter `which` reaches `target`: a short spin (peers are usually
-// microseconds away), then yields (ranks may outnumber cores), then short sleeps.
+// Waits until every peer's counter `which` reaches `target`.
 Status ShmAllreduce::wait_all(int which, uint64_t target) {
-  const auto start = std::chrono::steady_clock::now();
   for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    std::atomic<uint64_t>& c = header(r)->counter[which];
-    unsigned spins = 0;
-    while (c.load(std::memory_order_acquire) < target) {
-      if (++spins < 256) {
-        cpu_relax();
-      } else if (spins < 4096) {
-        sched_yield();
-      } else {
-        timespec ts{0, 20 * 1000};
-        nanosleep(&ts, nullptr);
-        if ((spins & 255u) == 0 && std::chrono::steady_clock::now() - start > kDeadline) {
-          return Status::Backend("shared-memory allreduce: rank " + std::to_string(r) +
-                                 " did not arrive within " +
-                                 std::to_string(static_cast<long long>(kDeadline.count())) + " s");
-        }
+    if (r != rank_) HVD_RETURN_IF_ERROR(wait_rank(r, which, target));
+  }
+  return Status::OK();
+}
+
+// Waits until rank r's counter `which` reaches `target`: a short spin (peers are usually
+// microseconds away), then yields (ranks may outnumber cores), then short sleeps.
+Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
+  std::atomic<uint64_t>& c = header(r)->counter[which];
+  if (c.load(std::memory_order_acquire) >= target) return Status::OK();
+  const auto start = std::chrono::steady_clock::now();
+  unsigned spins = 0;
+  while (c.load(std::memory_order_acquire) < target) {
+    if (++spins < 256) {
+      cpu_relax();
+    } else if (spins < 4096) {
+      sched_yield();
+    } else {
+      timespec ts{0, 20 * 1000};
+      nanosleep(&ts, nullptr);
+      if ((spins & 255u) == 0 && std::chrono::steady_clock::now() - start > kDeadline) {
+        return Status::Backend("shared memory: rank " + std::to_string(r) +
+                               " did not arrive within " +
+                               std::to_string(static_cast<long long>(kDeadline.count())) + " s");
       }
     }
   }
   return Status::OK();
+}
+
+bool ShmAllreduce::probe_single_copy() const {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    uint64_t seen = 0;
+    if (read_peer_at(r, header(r)->self + offsetof(Header, self), &seen, sizeof(seen)) != 0 ||
+        seen != header(r)->self) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// 0, or the errno of the failed process_vm_readv.
+int ShmAllreduce::read_peer_at(int r, uint64_t remote, void* out, int64_t bytes) const {
+  unsigned char* dst = static_cast<unsigned char*>(out);
+  const pid_t pid = static_cast<pid_t>(header(r)->pid);
+  while (bytes > 0) {
+    iovec local{dst, static_cast<size_t>(bytes)};
+    iovec theirs{reinterpret_cast<void*>(remote), static_cast<size_t>(bytes)};
+    const ssize_t got = process_vm_readv(pid, &local, 1, &theirs, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return got < 0 ? errno : EIO;
+    dst += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= got;
+  }
+  return 0;
+}
+
+void ShmAllreduce::publish_buffer(const void* buf, uint64_t s) {
+  header(rank_)->buffer = reinterpret_cast<uint64_t>(buf);
+  signal(kPublished, s + 1);  // release: the address is visible with the counter
+}
+
+Status ShmAllreduce::read_peer(int r, int64_t offset, void* out, int64_t bytes) const {
+  const int e = read_peer_at(r, header(r)->buffer + static_cast<uint64_t>(offset), out, bytes);
+  if (e == 0) return Status::OK();
+  return Status::Backend("reading " + std::to_string(bytes) + " bytes of rank " +
+                         std::to_string(r) + "'s buffer (process_vm_readv): " + std::strerror(e));
 }
 
 Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,

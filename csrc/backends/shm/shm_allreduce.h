@@ -45,6 +45,16 @@ class ShmAllreduce {
   Status attach();
   /// Removes the names (the mappings stay), so nothing is left behind if the job dies.
   void unlink();
+  /// Whether this rank can read every peer's memory directly (process_vm_readv, "CMA"): reads
+  /// a word of each peer's segment through the peer's address space and compares.
+  bool probe_single_copy() const;
+  /// Allgather and alltoall blocks of at least `min_bytes`, and broadcasts of at least an
+  /// eighth of it, move with one copy, read straight from the peer's buffer (call only with
+  /// the same value on every rank, after every rank's probe succeeded). A two-copy broadcast
+  /// is slower sooner: its readers wait for the root's copy, where allgather's ranks copy side
+  /// by side.
+  void enable_single_copy(int64_t min_bytes) { single_copy_min_ = min_bytes; }
+  bool single_copy() const { return single_copy_min_ >= 0; }
 
   /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
   /// multiplies floating-point results by `scale` and divides integer results by `divisor`
@@ -64,12 +74,39 @@ class ShmAllreduce {
                        DataType dtype, ReduceOp op, double prescale, double scale,
                        int64_t divisor);
 
+  // The collectives that only move bytes (shm_gather.cc). Each runs in rounds of one piece
+  // (at most kGatherPiece bytes per block, or per pair for alltoall) through the two
+  // alternating slots, so one rank copies piece k+1 in while its peers still copy piece k out:
+  // two copies per byte, both of pieces that stay in cache. Every rank runs the same rounds.
+
+  /// Copies `bytes` of `buf` on `root` to every rank's `buf`.
+  Status broadcast(void* buf, int64_t bytes, int root);
+  /// Concatenates every rank's block (`bytes[r]` bytes; `in` holds this rank's) into `out`,
+  /// in rank order.
+  Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes);
+  /// Sends send[j] bytes (consecutive in `in`, in rank order) to rank j and receives recv[j]
+  /// bytes from each rank j into `out`, in rank order. `longest` is the most bytes any rank
+  /// sends any other rank (the same on every rank: it sets the number of rounds).
+  /// `from[j]` is where, in rank j's input, the block for this rank starts.
+  Status alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
+                   const std::vector<int64_t>& recv, const std::vector<int64_t>& from,
+                   int64_t longest);
+
  private:
   struct Header;
   ShmAllreduce() = default;
   /// Counters of each rank's header: chunks published, reduced, collected (read out).
   enum Counter { kPublished = 0, kReduced = 1, kCollected = 2 };
   Status wait_all(int which, uint64_t target);
+  Status wait_rank(int r, int which, uint64_t target);
+  /// Publishes `buf` (this rank's input of a single-copy round) and the round's counter.
+  void publish_buffer(const void* buf, uint64_t s);
+  /// Copies `bytes` at `offset` into rank r's published buffer to `out` (process_vm_readv).
+  Status read_peer(int r, int64_t offset, void* out, int64_t bytes) const;
+  int read_peer_at(int r, uint64_t remote, void* out, int64_t bytes) const;
+  bool use_single_copy(int64_t block_bytes) const {
+    return single_copy_min_ >= 0 && block_bytes >= single_copy_min_;
+  }
   /// Sets this rank's counter `which` to `value` (release: peers then see the slot's bytes).
   void signal(int which, uint64_t value);
   unsigned char* slot(int rank, int which) const;
@@ -78,6 +115,8 @@ class ShmAllreduce {
   std::string tag_;
   int rank_ = 0, size_ = 1;
   int64_t chunk_bytes_ = 0;
+  int64_t gather_piece_ = 0;      // bytes per block and round of broadcast/allgather
+  int64_t single_copy_min_ = -1;  // < 0: off
   size_t map_bytes_ = 0;
   std::vector<unsigned char*> maps_;  // every rank's segment, mine included
   uint64_t step_ = 0;                 // chunks done (the same count on every rank)

@@ -26,7 +26,7 @@ bool all_agree(MPI_Comm comm, bool ok) {
 }  // namespace
 
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
-                                                 std::string* why_not) {
+                                                 int64_t single_copy_bytes, std::string* why_not) {
   int rank = 0, size = 1;
   int rc = MPI_Comm_rank(comm, &rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
@@ -87,6 +87,13 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
     *why_not = rc != MPI_SUCCESS ? failed("MPI_Barrier (after mapping)", rc)
                                  : "another rank failed the barrier after mapping";
     return nullptr;
+  }
+  if (single_copy_bytes < 0) return shm;
+  if (all_agree(comm, shm->probe_single_copy())) {
+    shm->enable_single_copy(single_copy_bytes);
+  } else {
+    HVD_LOG(kInfo) << "process set " << set_id << ": a rank cannot read its peers' memory "
+                   << "(process_vm_readv): broadcast, allgather and alltoall copy twice";
   }
   return shm;
 }

@@ -21,36 +21,82 @@ int64_t now_micros() {
 
 class ShmTransport : public Transport {
  public:
-  ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes)
-      : shm_(std::move(shm)), rank_(rank), size_(size), min_bytes_(min_bytes) {}
+  ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes,
+               int64_t gather_max_bytes)
+      : shm_(std::move(shm)),
+        rank_(rank),
+        size_(size),
+        min_bytes_(min_bytes),
+        gather_max_bytes_(gather_max_bytes) {}
   const char* name() const override { return "shm"; }
   bool accepts(const Batch& b) const override {
-    if (!b.device.is_cpu() || b.bytes < min_bytes_) return false;
-    // A reducescatter is never fused; a joined rank's missing one is left to MPI.
-    return b.op == OpType::kAllreduce ||
-           (b.op == OpType::kReducescatter && b.tensors.size() == 1 && b.tensors[0].present);
+    if (!b.device.is_cpu()) return false;
+    switch (b.op) {
+      case OpType::kAllreduce: return b.bytes >= min_bytes_;
+      // Never fused; present on every rank (a joined rank fails these before a transport).
+      case OpType::kReducescatter: return b.bytes >= min_bytes_ && b.tensors.size() == 1;
+      case OpType::kBroadcast:
+        return b.tensors.size() == 1 && b.root >= 0 && gather_sized(b.bytes);
+      case OpType::kAllgather:
+      case OpType::kAlltoall:
+        return b.tensors.size() == 1 && gather_sized(bytes_per_rank(b.first()));
+      default: return false;
+    }
   }
   void run(Batch& b) override {
     const int64_t t0 = b.phase ? now_micros() : 0;
-    BatchOutcome out;  // an allreduce allocates no results: out.results stays empty
-    const bool rs = b.op == OpType::kReducescatter;
-    if (rs) {
-      out.results.resize(1);
-      out.status = reducescatter(b, &out.results[0]);
-    } else {
-      out.status = allreduce(b);
+    BatchOutcome out;  // an allreduce or broadcast allocates no results: out.results stays empty
+    const Response& r = b.first();
+    const char* phase = "SHM_ALLREDUCE";
+    switch (b.op) {
+      case OpType::kAllreduce: out.status = allreduce(b); break;
+      case OpType::kReducescatter:
+        phase = "SHM_REDUCESCATTER";
+        out.results.resize(1);
+        out.status = reducescatter(b, &out.results[0]);
+        break;
+      case OpType::kBroadcast:
+        phase = "SHM_BROADCAST";
+        out.status = shm_->broadcast(b.tensors[0].output.data, b.tensors[0].output.nbytes(), b.root);
+        break;
+      case OpType::kAllgather:
+        phase = "SHM_ALLGATHER";
+        out.results.resize(1);
+        out.status = allgather(b, &out.results[0]);
+        break;
+      case OpType::kAlltoall:
+        phase = "SHM_ALLTOALL";
+        out.results.resize(1);
+        out.status = alltoall(b, &out.results[0]);
+        break;
+      default: out.status = Status::Backend("the shm transport does not run this collective");
+    }
+    if (!out.status.ok() && b.op != OpType::kAllreduce) {  // allreduce names its tensors itself
+      out.status = Status(out.status.code(), std::string(op_type_name(b.op)) + " '" + r.name +
+                                                 "': " + out.status.message());
     }
     if (b.phase) {
       const int64_t t1 = now_micros();
-      const char* phase = rs ? "SHM_REDUCESCATTER" : "SHM_ALLREDUCE";
       for (const BatchTensor& t : b.tensors) b.phase(t.response->name, phase, t0, t1, "");
     }
     b.done(std::move(out));
   }
 
  private:
+  bool gather_sized(int64_t bytes) const {
+    return bytes >= min_bytes_ && bytes <= gather_max_bytes_;
+  }
+  /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
+  int64_t bytes_per_rank(const Response& r) const {
+    const int64_t row = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+    int64_t rows = 0;
+    for (int64_t d : r.op == OpType::kAllgather ? r.first_dims : r.all_splits) rows += d;
+    return saturating_mul(rows, row) / size_;
+  }
   Status allreduce(Batch& b);
   Status reducescatter(Batch& b, TensorResult* out);
+  Status allgather(Batch& b, TensorResult* out);
+  Status alltoall(Batch& b, TensorResult* out);
   /// The factor and integer divisor that finish a reduction (Average, postscale).
   void finish_factors(const Response& r, double* scale, int64_t* divisor) const;
   unsigned char* zeros(int64_t bytes) {
@@ -63,6 +109,7 @@ class ShmTransport : public Transport {
   const int rank_;
   const int size_;
   const int64_t min_bytes_;
+  const int64_t gather_max_bytes_;
   std::vector<unsigned char> zeros_;  // the contribution of tensors a joined rank lacks
 };
 
@@ -127,9 +174,34 @@ Status ShmTransport::reducescatter(Batch& b, TensorResult* out) {
   finish_factors(r, &scale, &divisor);
   Status s = shm_->reducescatter(b.tensors[0].input.data, result.data(), counts, r.dtype,
                                  r.reduce_op, r.prescale, scale, divisor);
-  if (!s.ok()) return Status(s.code(), "reducescatter '" + r.name + "': " + s.message());
+  HVD_RETURN_IF_ERROR(s);
   out->has_tensor = true;
   out->tensor = std::move(result);
+  return Status::OK();
+}
+
+Status ShmTransport::allgather(Batch& b, TensorResult* out) {
+  const Response& r = b.first();
+  const AllgatherPlan plan = plan_allgather(r);
+  Tensor result = Tensor::empty(r.dtype, plan.shape);  // every byte is written
+  HVD_RETURN_IF_ERROR(shm_->allgatherv(b.tensors[0].input.data, result.data(), plan.bytes));
+  out->has_tensor = true;
+  out->tensor = std::move(result);
+  return Status::OK();
+}
+
+Status ShmTransport::alltoall(Batch& b, TensorResult* out) {
+  const Response& r = b.first();
+  AlltoallPlan plan = plan_alltoall(r, size_, rank_);
+  Shape shape = r.shape;
+  shape[0] = plan.rows;
+  Tensor result = Tensor::empty(r.dtype, shape);  // every byte is written
+  HVD_RETURN_IF_ERROR(shm_->alltoallv(b.tensors[0].input.data, plan.send_bytes, result.data(),
+                                      plan.recv_bytes, plan.recv_from,
+                                      alltoall_longest_block(r)));
+  out->has_tensor = true;
+  out->tensor = std::move(result);
+  out->splits = std::move(plan.recv_rows);
   return Status::OK();
 }
 
@@ -140,7 +212,9 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
   if (!config.shm_enabled) return nullptr;
   std::string why_not;
   std::unique_ptr<ShmAllreduce> shm =
-      make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes, &why_not);
+      make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes,
+                         config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
+                         &why_not);
   if (!shm) {
     if (ctx.layout.size > 1) {
       HVD_LOG(kInfo) << "process set " << ctx.set_id << ": shared-memory allreduce unavailable ("
@@ -148,8 +222,9 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
     }
     return nullptr;
   }
+  const int64_t gather_max = shm->single_copy() ? INT64_MAX : config.shm_gather_max_bytes;
   return std::make_unique<ShmTransport>(std::move(shm), ctx.layout.rank, ctx.layout.size,
-                                        config.shm_min_bytes);
+                                        config.shm_min_bytes, gather_max);
 }
 
 }  // namespace hvd

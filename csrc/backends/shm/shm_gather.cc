@@ -1,0 +1,165 @@
+// Copyright horovod_cpp authors. Broadcast, allgather and alltoall through the shared-memory
+// segments of ShmAllreduce (shm_allreduce.h describes the segments and counters).
+//
+// Each round moves one piece of every block: its owner copies it into its slot and publishes
+// it, the readers copy it out and mark the round collected. Slots alternate, so a round's
+// piece is written while the previous one is still read. Every rank runs every round (the
+// number follows from sizes every rank knows), and every rank marks every round collected:
+// that is what lets the next round (of any collective) reuse a slot.
+//
+// That is two copies per byte, where a read straight from the peer's memory is one; but a
+// piece stays in cache between the two and a round costs two flag writes, where a system
+// call has a fixed cost. So blocks of at least the single-copy size (when the probe at setup
+// found process_vm_readv usable on every rank, as Open MPI's CMA uses it) go in one round
+// instead: every source publishes its buffer's address, the readers copy from it with
+// process_vm_readv, and each source waits until every reader is done before it returns (its
+// buffer must not change under them).
+#include <algorithm>
+#include <cstring>
+
+#include "backends/shm/shm_allreduce.h"
+
+namespace hvd {
+namespace {
+
+// Bytes of a block of `total` bytes in the round that starts at byte `lo`: up to `per`.
+inline int64_t piece(int64_t total, int64_t lo, int64_t per) {
+  return std::max<int64_t>(0, std::min(per, total - lo));
+}
+
+std::vector<int64_t> displacements(const std::vector<int64_t>& bytes) {
+  std::vector<int64_t> d(bytes.size(), 0);
+  for (size_t r = 1; r < bytes.size(); ++r) d[r] = d[r - 1] + bytes[r - 1];
+  return d;
+}
+
+}  // namespace
+
+Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
+  if (single_copy() && bytes >= single_copy_min_ / 8) {
+    const uint64_t s = step_++;
+    if (rank_ == root) {
+      publish_buffer(buf, s);
+      signal(kCollected, s + 1);
+      return wait_all(kCollected, s + 1);
+    }
+    Status st = wait_rank(root, kPublished, s + 1);
+    if (st.ok()) st = read_peer(root, 0, buf, bytes);
+    signal(kCollected, s + 1);  // even after a failed read: the root must not wait for ever
+    return st;
+  }
+  unsigned char* p = static_cast<unsigned char*>(buf);
+  const int64_t per = gather_piece_;
+  for (int64_t lo = 0; lo < bytes; lo += per) {
+    const int64_t len = std::min(per, bytes - lo);
+    const uint64_t s = step_++;
+    const int which = static_cast<int>(s % 2);
+    if (rank_ == root) {
+      if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));  // slot free again
+      std::memcpy(slot(root, which), p + lo, static_cast<size_t>(len));
+      signal(kPublished, s + 1);
+    } else {
+      HVD_RETURN_IF_ERROR(wait_rank(root, kPublished, s + 1));
+      std::memcpy(p + lo, slot(root, which), static_cast<size_t>(len));
+    }
+    signal(kCollected, s + 1);
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) {
+  const int n = size_, me = rank_;
+  const unsigned char* src = static_cast<const unsigned char*>(in);
+  unsigned char* dst = static_cast<unsigned char*>(out);
+  const std::vector<int64_t> at = displacements(bytes);
+  const int64_t longest = *std::max_element(bytes.begin(), bytes.end());
+  const int64_t per = gather_piece_;
+  const int64_t mine = bytes[static_cast<size_t>(me)];
+  if (use_single_copy(longest)) {
+    const uint64_t s = step_++;
+    publish_buffer(in, s);
+    if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
+    Status st;
+    for (int k = 1; k < n && st.ok(); ++k) {  // rank me+1 first: the readers spread out
+      const int j = (me + k) % n;
+      const int64_t lj = bytes[static_cast<size_t>(j)];
+      if (lj == 0) continue;
+      st = wait_rank(j, kPublished, s + 1);
+      if (st.ok()) st = read_peer(j, 0, dst + at[static_cast<size_t>(j)], lj);
+    }
+    signal(kCollected, s + 1);
+    Status done = wait_all(kCollected, s + 1);
+    return st.ok() ? done : st;
+  }
+  for (int64_t lo = 0; lo < longest; lo += per) {
+    const uint64_t s = step_++;
+    const int which = static_cast<int>(s % 2);
+    if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
+    const int64_t len = piece(mine, lo, per);
+    if (len > 0) std::memcpy(slot(me, which), src + lo, static_cast<size_t>(len));
+    signal(kPublished, s + 1);
+    // My own block goes straight from the input, while the peers copy my piece.
+    if (len > 0) std::memcpy(dst + at[static_cast<size_t>(me)] + lo, src + lo, static_cast<size_t>(len));
+    for (int j = 0; j < n; ++j) {
+      const int64_t lj = piece(bytes[static_cast<size_t>(j)], lo, per);
+      if (j == me || lj == 0) continue;
+      HVD_RETURN_IF_ERROR(wait_rank(j, kPublished, s + 1));
+      std::memcpy(dst + at[static_cast<size_t>(j)] + lo, slot(j, which), static_cast<size_t>(lj));
+    }
+    signal(kCollected, s + 1);
+  }
+  return Status::OK();
+}
+
+Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
+                               const std::vector<int64_t>& recv,
+                               const std::vector<int64_t>& from, int64_t longest) {
+  const int n = size_, me = rank_;
+  const unsigned char* src = static_cast<const unsigned char*>(in);
+  unsigned char* dst = static_cast<unsigned char*>(out);
+  const std::vector<int64_t> sat = displacements(send);
+  const std::vector<int64_t> rat = displacements(recv);
+  // The slot holds one piece per destination (on cache lines of its own where they fit).
+  int64_t per = std::min(gather_piece_, chunk_bytes_ / n);
+  per = per >= 64 ? per / 64 * 64 : std::max<int64_t>(1, per);
+  const size_t m = static_cast<size_t>(me);
+  if (use_single_copy(longest)) {
+    const uint64_t s = step_++;
+    publish_buffer(in, s);
+    if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
+    Status st;
+    for (int k = 1; k < n && st.ok(); ++k) {
+      const size_t j = static_cast<size_t>((me + k) % n);
+      if (recv[j] == 0) continue;
+      st = wait_rank(static_cast<int>(j), kPublished, s + 1);
+      if (st.ok()) st = read_peer(static_cast<int>(j), from[j], dst + rat[j], recv[j]);
+    }
+    signal(kCollected, s + 1);
+    Status done = wait_all(kCollected, s + 1);
+    return st.ok() ? done : st;
+  }
+  if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
+  for (int64_t lo = 0; lo < longest; lo += per) {
+    const uint64_t s = step_++;
+    const int which = static_cast<int>(s % 2);
+    if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
+    unsigned char* mine = slot(me, which);
+    for (int j = 0; j < n; ++j) {
+      const int64_t len = piece(send[static_cast<size_t>(j)], lo, per);
+      if (j == me || len == 0) continue;
+      std::memcpy(mine + j * per, src + sat[static_cast<size_t>(j)] + lo, static_cast<size_t>(len));
+    }
+    signal(kPublished, s + 1);
+    for (int j = 0; j < n; ++j) {
+      const int64_t len = piece(recv[static_cast<size_t>(j)], lo, per);
+      if (j == me || len == 0) continue;
+      HVD_RETURN_IF_ERROR(wait_rank(j, kPublished, s + 1));
+      std::memcpy(dst + rat[static_cast<size_t>(j)] + lo, slot(j, which) + me * per,
+                  static_cast<size_t>(len));
+    }
+    signal(kCollected, s + 1);
+  }
+  return Status::OK();
+}
+
+}  // namespace hvd
