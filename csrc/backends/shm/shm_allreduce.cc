@@ -176,27 +176,37 @@ Status ShmAllreduce::wait_all(int which, uint64_t target) {
   return Status::OK();
 }
 
-// Waits until rank r's counter `which` reaches `target`: a short spin (peers are usually
-// microseconds away), then yields (ranks may outnumber cores), then short sleeps.
+// Waits until rank r's counter `which` reaches `target`: a spin of up to 1 ms (every rank is
+// inside the collective already, so peers are microseconds away, a chunk's copy or reduction
+// at most; the spin yields every few polls only when ranks outnumber cores: a yield hands the
+// core away for a time slice), then sleeps with a growing back-off (at most 200 us), so a rank
+// waiting for a descheduled peer gives up its core; a peer that does not arrive within the
+// deadline is an error, never a hang.
 Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
   std::atomic<uint64_t>& c = header(r)->counter[which];
   if (c.load(std::memory_order_acquire) >= target) return Status::OK();
-  const auto start = std::chrono::steady_clock::now();
-  unsigned spins = 0;
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  constexpr auto kSpin = std::chrono::milliseconds(1);
+  long sleep_ns = 5 * 1000;
+  unsigned polls = 0;
   while (c.load(std::memory_order_acquire) < target) {
-    if (++spins < 256) {
+    if ((++polls & 63u) != 0) {
       cpu_relax();
-    } else if (spins < 4096) {
-      sched_yield();
-    } else {
-      timespec ts{0, 20 * 1000};
-      nanosleep(&ts, nullptr);
-      if ((spins & 255u) == 0 && std::chrono::steady_clock::now() - start > kDeadline) {
-        return Status::Backend("shared memory: rank " + std::to_string(r) +
-                               " did not arrive within " +
-                               std::to_string(static_cast<long long>(kDeadline.count())) + " s");
-      }
+      continue;
     }
+    const auto now = clock::now();
+    if (now - start < kSpin) {
+      if (yield_core_) sched_yield();
+      continue;
+    }
+    if (now - start > kDeadline) {
+      return Status::Backend("shared memory: rank " + std::to_string(r) + " did not arrive within " +
+                             std::to_string(static_cast<long long>(kDeadline.count())) + " s");
+    }
+    timespec ts{0, sleep_ns};
+    nanosleep(&ts, nullptr);
+    sleep_ns = std::min(sleep_ns * 2, 200L * 1000);
   }
   return Status::OK();
 }

@@ -1,4 +1,6 @@
-// Copyright horovod_cpp authors. Allreduce through shared memory, for the ranks of one host.
+// Copyright horovod_cpp authors. Collectives through shared memory, for the ranks of one host:
+// allreduce here, reducescatter in shm_reducescatter.cc, broadcast/allgather/alltoall in
+// shm_gather.cc, all over the same segments, slots and counters.
 //
 // Every rank maps every other rank's segment. A reduction runs over the concatenation of the
 // caller's buffers ("segments": fused tensors need no packing), in chunks that stay in cache,
@@ -12,8 +14,9 @@
 // each rank moves (n-1)/n in, reduces 1/n with n reads, and moves (n-1)/n out: on this kind of
 // machine, about half the memory traffic of MPI's shared-memory transport.
 //
-// Background thread only. Waits spin briefly, then yield, then sleep; a peer that does not
-// arrive within the deadline turns into an error, never a hang.
+// Background thread only. Waits spin briefly (yielding only where ranks outnumber cores),
+// then sleep; a peer that does not arrive within the deadline turns into an error, never a
+// hang.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +58,8 @@ class ShmAllreduce {
   /// by side.
   void enable_single_copy(int64_t min_bytes) { single_copy_min_ = min_bytes; }
   bool single_copy() const { return single_copy_min_ >= 0; }
+  /// Ranks outnumber cores on this host: waits yield the core while they spin.
+  void set_yield_core(bool yield) { yield_core_ = yield; }
 
   /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
   /// multiplies floating-point results by `scale` and divides integer results by `divisor`
@@ -117,6 +122,7 @@ class ShmAllreduce {
   int64_t chunk_bytes_ = 0;
   int64_t gather_piece_ = 0;      // bytes per block and round of broadcast/allgather
   int64_t single_copy_min_ = -1;  // < 0: off
+  bool yield_core_ = true;
   size_t map_bytes_ = 0;
   std::vector<unsigned char*> maps_;  // every rank's segment, mine included
   uint64_t step_ = 0;                 // chunks done (the same count on every rank)

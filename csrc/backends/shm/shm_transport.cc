@@ -215,6 +215,7 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
       make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes,
                          config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
                          &why_not);
+  if (shm) shm->set_yield_core(ctx.mpi->cores_shared());
   if (!shm) {
     if (ctx.layout.size > 1) {
       HVD_LOG(kInfo) << "process set " << ctx.set_id << ": shared-memory allreduce unavailable ("
