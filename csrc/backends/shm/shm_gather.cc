@@ -99,7 +99,8 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
     if (len > 0) std::memcpy(slot(me, which), src + lo, static_cast<size_t>(len));
     signal(kPublished, s + 1);
     // My own block goes straight from the input, while the peers copy my piece.
-    if (len > 0) std::memcpy(dst + at[static_cast<size_t>(me)] + lo, src + lo, static_cast<size_t>(len));
+    if (len > 0)
+      std::memcpy(dst + at[static_cast<size_t>(me)] + lo, src + lo, static_cast<size_t>(len));
     for (int j = 0; j < n; ++j) {
       const int64_t lj = piece(bytes[static_cast<size_t>(j)], lo, per);
       if (j == me || lj == 0) continue;
@@ -112,8 +113,8 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
 }
 
 Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
-                               const std::vector<int64_t>& recv,
-                               const std::vector<int64_t>& from, int64_t longest) {
+                               const std::vector<int64_t>& recv, const std::vector<int64_t>& from,
+                               int64_t longest) {
   const int n = size_, me = rank_;
   const unsigned char* src = static_cast<const unsigned char*>(in);
   unsigned char* dst = static_cast<unsigned char*>(out);
