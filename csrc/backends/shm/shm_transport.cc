@@ -83,9 +83,7 @@ class ShmTransport : public Transport {
   }
 
  private:
-  bool gather_sized(int64_t bytes) const {
-    return bytes >= min_bytes_ && bytes <= gather_max_bytes_;
-  }
+  bool gather_sized(int64_t bytes) const { return bytes <= gather_max_bytes_; }
   /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
   int64_t bytes_per_rank(const Response& r) const {
     const int64_t row = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));

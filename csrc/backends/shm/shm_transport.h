@@ -1,9 +1,9 @@
 // Copyright horovod_cpp authors. The "shm" transport: CPU collectives through shared memory.
 //
-// Takes allreduces, reducescatters, broadcasts, allgathers and alltoalls of CPU tensors of at
-// least HOROVOD_CPP_SHM_MIN_BYTES (a fused batch counts its total; allgather and alltoall the
-// bytes per rank on average, so every rank decides alike) when every member of the set is on
-// this host; barriers and smaller ones fall through to the next transport (MPI), and so do
+// Takes allreduces and reducescatters of CPU tensors of at least HOROVOD_CPP_SHM_MIN_BYTES (a
+// fused batch counts its total), and broadcasts, allgathers and alltoalls (sized by the bytes
+// per rank on average, so every rank decides alike), when every member of the set is on this
+// host; barriers and smaller reductions fall through to the next transport (MPI), and so do
 // broadcasts, allgathers and alltoalls above HOROVOD_CPP_SHM_GATHER_MAX_BYTES when single
 // copies are impossible (shm_allreduce.h). Reduces the tensors where they are: no fusion
 // buffer, Average/postscale applied while the result is written; reducescatters never copy
