@@ -109,6 +109,12 @@ class ShmAllreduce {
   /// Copies `bytes` at `offset` into rank r's published buffer to `out` (process_vm_readv).
   Status read_peer(int r, int64_t offset, void* out, int64_t bytes) const;
   int read_peer_at(int r, uint64_t remote, void* out, int64_t bytes) const;
+  /// One single-copy round: publishes `in`, reads bytes[j] at from[j] (0 when `from` is empty)
+  /// of every peer j's published buffer into out + at[j], and returns once every rank is done
+  /// reading (this rank's `in` may change after that).
+  Status read_round(const void* in, const std::vector<int64_t>& from,
+                    const std::vector<int64_t>& bytes, unsigned char* out,
+                    const std::vector<int64_t>& at);
   bool use_single_copy(int64_t block_bytes) const {
     return single_copy_min_ >= 0 && block_bytes >= single_copy_min_;
   }

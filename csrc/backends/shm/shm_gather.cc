@@ -35,6 +35,24 @@ std::vector<int64_t> displacements(const std::vector<int64_t>& bytes) {
 
 }  // namespace
 
+Status ShmAllreduce::read_round(const void* in, const std::vector<int64_t>& from,
+                                const std::vector<int64_t>& bytes, unsigned char* out,
+                                const std::vector<int64_t>& at) {
+  const int n = size_, me = rank_;
+  const uint64_t s = step_++;
+  publish_buffer(in, s);
+  Status st;
+  for (int k = 1; k < n && st.ok(); ++k) {  // rank me+1 first: the readers spread out
+    const size_t j = static_cast<size_t>((me + k) % n);
+    if (bytes[j] == 0) continue;
+    st = wait_rank(static_cast<int>(j), kPublished, s + 1);
+    if (st.ok()) st = read_peer(static_cast<int>(j), from.empty() ? 0 : from[j], out + at[j], bytes[j]);
+  }
+  signal(kCollected, s + 1);  // even after a failed read: no peer waits for ever
+  Status done = wait_all(kCollected, s + 1);
+  return st.ok() ? done : st;
+}
+
 Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
   if (single_copy() && bytes >= single_copy_min_ / 8) {
     const uint64_t s = step_++;
@@ -76,20 +94,8 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
   const int64_t per = gather_piece_;
   const int64_t mine = bytes[static_cast<size_t>(me)];
   if (use_single_copy(longest)) {
-    const uint64_t s = step_++;
-    publish_buffer(in, s);
     if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
-    Status st;
-    for (int k = 1; k < n && st.ok(); ++k) {  // rank me+1 first: the readers spread out
-      const int j = (me + k) % n;
-      const int64_t lj = bytes[static_cast<size_t>(j)];
-      if (lj == 0) continue;
-      st = wait_rank(j, kPublished, s + 1);
-      if (st.ok()) st = read_peer(j, 0, dst + at[static_cast<size_t>(j)], lj);
-    }
-    signal(kCollected, s + 1);
-    Status done = wait_all(kCollected, s + 1);
-    return st.ok() ? done : st;
+    return read_round(in, {}, bytes, dst, at);
   }
   for (int64_t lo = 0; lo < longest; lo += per) {
     const uint64_t s = step_++;
@@ -124,22 +130,8 @@ Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send,
   int64_t per = std::min(gather_piece_, chunk_bytes_ / n);
   per = per >= 64 ? per / 64 * 64 : std::max<int64_t>(1, per);
   const size_t m = static_cast<size_t>(me);
-  if (use_single_copy(longest)) {
-    const uint64_t s = step_++;
-    publish_buffer(in, s);
-    if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
-    Status st;
-    for (int k = 1; k < n && st.ok(); ++k) {
-      const size_t j = static_cast<size_t>((me + k) % n);
-      if (recv[j] == 0) continue;
-      st = wait_rank(static_cast<int>(j), kPublished, s + 1);
-      if (st.ok()) st = read_peer(static_cast<int>(j), from[j], dst + rat[j], recv[j]);
-    }
-    signal(kCollected, s + 1);
-    Status done = wait_all(kCollected, s + 1);
-    return st.ok() ? done : st;
-  }
   if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
+  if (use_single_copy(longest)) return read_round(in, from, recv, dst, rat);
   for (int64_t lo = 0; lo < longest; lo += per) {
     const uint64_t s = step_++;
     const int which = static_cast<int>(s % 2);
