@@ -7,6 +7,8 @@
 // this rank (so unnamed calls must be made in the same order on every rank).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -167,6 +169,24 @@ void barrier(ProcessSet set = {});
 void start_timeline(const std::string& path, bool mark_cycles = false);
 /// Stops the timeline, leaving a complete JSON file.
 void stop_timeline();
+
+/// Allocates `bytes` of memory on CUDA device `device` for an output the library allocates
+/// (allgather, alltoall, reducescatter on CUDA tensors). `stream` is the CUDA stream
+/// (cudaStream_t as void*) the input was produced on, i.e. the caller's stream when it
+/// submitted the collective (null: the legacy default stream): a stream-ordered allocator
+/// should allocate for that stream, because that is where the caller will use the result. The
+/// library makes its own stream wait on `stream` after allocating, so memory the allocator
+/// recycles from work still queued there is not overwritten early. The returned pointer's
+/// deleter frees the memory; it may run on any thread. Return null (or throw) to fail the
+/// collective with an error naming the size.
+using CudaAllocator = std::function<std::shared_ptr<void>(size_t bytes, int device, void* stream)>;
+
+/// Installs `allocator` for the CUDA outputs of every later collective (for instance a
+/// framework's caching allocator: the LibTorch adapter installs LibTorch's when it is first
+/// used with CUDA tensors). An empty function restores the default (cudaMalloc/cudaFree).
+/// May be called before init() and at any time; collectives already running keep the
+/// allocator they started with.
+void set_cuda_allocator(CudaAllocator allocator);
 
 /// True: this build communicates through MPI.
 bool mpi_built();

@@ -43,8 +43,10 @@ inline void add_raw_function(py::module_& m, PyMethodDef* def) {
 }
 
 // ---- tensors.cc --------------------------------------------------------------------------
-/// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous CPU torch tensor
-/// (recognised by duck typing: data_ptr(), dtype, shape; no libtorch is linked). No copy is
+/// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous torch tensor on
+/// the CPU or a CUDA device (recognised by duck typing: data_ptr(), dtype, shape; no libtorch
+/// is linked; a CUDA view carries torch.cuda.current_stream() of its device, which the
+/// collective waits on). No copy is
 /// made: `obj` must stay alive until the collective completes (the PyHandle keeps it).
 /// Throws ValueError (InvalidArgumentError) for a non-contiguous, read-only (when `writable`)
 /// or unsupported-dtype buffer, TypeError for an object that is neither.
@@ -64,6 +66,13 @@ bool torch_plain_view(py::handle t, hvd::TensorView* v);
 /// A numpy array sharing the storage of `t` (kept alive by the array). bfloat16, which numpy
 /// lacks, comes back as int16 holding the raw bits.
 py::array to_numpy(const hvd::Tensor& t);
+
+// ---- dlpack_export.cc ---------------------------------------------------------------------
+/// A result of the library for Python: a numpy array (to_numpy) for a CPU tensor; for a CUDA
+/// tensor the tuple (capsule, shape, device index), where capsule is a DLPack "dltensor"
+/// capsule sharing the device memory (torch.utils.dlpack.from_dlpack takes it without a copy)
+/// or None when the tensor has no elements.
+py::object to_python(const hvd::Tensor& t);
 
 /// ReduceOp from its integer value (kSum=0 ... kProduct=4); ValueError otherwise.
 hvd::ReduceOp reduce_op_from_int(int op);

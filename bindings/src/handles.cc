@@ -46,17 +46,17 @@ py::object PyHandle::result() {
     case ResultKind::kGiven:
       return output_;
     case ResultKind::kLibrary:
-      return to_numpy(handle_.result());
+      return to_python(handle_.result());
     case ResultKind::kLibraryList: {
       py::list out;
-      for (const hvd::Tensor& t : handle_.results()) out.append(to_numpy(t));
+      for (const hvd::Tensor& t : handle_.results()) out.append(to_python(t));
       return std::move(out);
     }
     case ResultKind::kAlltoall: {
       std::vector<int64_t> splits = handle_.received_splits();
       py::array_t<int64_t> s(static_cast<py::ssize_t>(splits.size()));
       std::copy(splits.begin(), splits.end(), s.mutable_data());
-      return py::make_tuple(to_numpy(handle_.result()), s);
+      return py::make_tuple(to_python(handle_.result()), s);
     }
   }
   return output_;

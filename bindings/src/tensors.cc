@@ -79,6 +79,18 @@ hvd::TensorView numpy_view(const py::array& a, bool writable, const char* role) 
   return v;
 }
 
+/// torch.cuda.current_stream(index).cuda_stream: the stream whose queued work produced a CUDA
+/// tensor's data, as far as the caller knows (Horovod's ordering: the collective runs after
+/// the work queued on torch's current stream). Null is the legacy default stream.
+void* current_cuda_stream(int index) {
+  static py::object* current_stream = nullptr;  // never freed: outlives the interpreter
+  if (current_stream == nullptr) {
+    current_stream = new py::object(py::module_::import("torch.cuda").attr("current_stream"));
+  }
+  py::object s = (*current_stream)(index);
+  return reinterpret_cast<void*>(s.attr("cuda_stream").cast<std::uintptr_t>());
+}
+
 hvd::TensorView torch_view(py::handle t, const char* role) {
   if (t.attr("is_sparse").cast<bool>()) {
     invalid(std::string(role) + ": sparse tensors are not supported here (densify them, or use "
@@ -93,6 +105,7 @@ hvd::TensorView torch_view(py::handle t, const char* role) {
   } else if (dev_type == "cuda") {
     py::object index = device.attr("index");
     v.device = hvd::Device::cuda(index.is_none() ? 0 : index.cast<int>());
+    v.stream = current_cuda_stream(v.device.index);
   } else {
     invalid(std::string(role) + ": tensors on device '" + dev_type + "' are not supported");
   }

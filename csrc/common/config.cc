@@ -90,6 +90,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_bool(lookup, "HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_CUDA_DEVICE", &c.cuda_device, 1 << 20));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "NCCL_MULTI_RANK_GPU_ENABLE", &c.nccl_multi_rank_gpu));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_NCCL_TIMEOUT_SECONDS", 0.0, &c.nccl_timeout_seconds));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM", &c.shm_enabled));
@@ -141,6 +142,7 @@ std::string Config::describe() const {
      << " HOROVOD_CPP_BUFFER_CACHE_BYTES=" << buffer_cache_bytes
      << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << hierarchical_allreduce
      << " HOROVOD_CPP_CUDA_DEVICE=" << cuda_device
+     << " NCCL_MULTI_RANK_GPU_ENABLE=" << nccl_multi_rank_gpu
      << " HOROVOD_CPP_NCCL_TIMEOUT_SECONDS=" << nccl_timeout_seconds
      << " HOROVOD_AUTOTUNE=" << autotune << " HOROVOD_AUTOTUNE_LOG=" << autotune_log
      << " HOROVOD_AUTOTUNE_WARMUP_SAMPLES=" << autotune_warmup_samples

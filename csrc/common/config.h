@@ -97,6 +97,10 @@ struct Config {
   /// HOROVOD_CPP_CUDA_DEVICE (default -1 = local_rank()): the CUDA device this rank uses; CUDA
   /// tensors on another device are rejected.
   int64_t cuda_device = -1;
+  /// NCCL_MULTI_RANK_GPU_ENABLE (NCCL's own variable, default 0): 1 lets several ranks of a
+  /// host share one GPU with NCCL >= 2.30 (for testing: the GPU is time-sliced). The default
+  /// device then becomes local_rank() modulo the host's device count.
+  bool nccl_multi_rank_gpu = false;
   /// HOROVOD_CPP_NCCL_TIMEOUT_SECONDS (default 300, 0 = never): a GPU collective not finished
   /// after this long aborts its NCCL communicator; its tensors (and later ones on that process
   /// set) fail with an error instead of hanging.

@@ -10,12 +10,19 @@ Semi-synchronous modes (docs/training.md): --staleness S applies the averaged gr
 steps earlier; --local-sgd K averages the weights every K steps (after --local-sgd-warmup N
 synchronous steps). flush() at the end of each epoch makes the weights identical again.
 --straggle slows the last rank down (30% of its steps sleep 0-20 ms); steps/s is reported.
+
+On GPUs (--cuda), as Horovod's recipe has it: each process pins the GPU of its local rank
+(torch.cuda.set_device), the model and data live there, and the gradients are averaged by
+NCCL. --checkpoint PATH: rank 0 alone saves the model and optimizer state after every epoch.
+The run exits non-zero unless the test accuracy reaches --min-accuracy and the weights are
+identical on every rank.
 """
 
 import argparse
 import gzip
 import os
 import random
+import sys
 import time
 
 import numpy as np
@@ -48,21 +55,36 @@ def main():
     parser.add_argument("--local-sgd", type=int, default=0, help="averaging period k")
     parser.add_argument("--local-sgd-warmup", type=int, default=0)
     parser.add_argument("--straggle", action="store_true", help="slow down the last rank")
+    parser.add_argument("--cuda", action="store_true", help="train on the GPU of the local rank")
+    parser.add_argument("--checkpoint", default="", help="rank 0 saves here after every epoch")
+    parser.add_argument("--min-accuracy", type=float, default=0.0,
+                        help="exit non-zero below this test accuracy")
     args = parser.parse_args()
 
     hvd.init()
     torch.manual_seed(1234 + hvd.rank())  # different init per rank: broadcast fixes it
     torch.set_num_threads(1)
+    device = torch.device("cpu")
+    if args.cuda:
+        if not torch.cuda.is_available():
+            print("--cuda: torch sees no CUDA device", file=sys.stderr)
+            sys.exit(77)
+        # One GPU per process, chosen by local rank (modulo the device count: several ranks
+        # share a GPU only under NCCL_MULTI_RANK_GPU_ENABLE=1, for testing).
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
 
     x, y = load_digits(args.data)
     perm = np.random.default_rng(0).permutation(len(y))  # the same split on every rank
     n_test = len(y) // 5
     test_idx, train_idx = perm[:n_test], perm[n_test:]
     my_idx = train_idx[hvd.rank()::hvd.size()]  # this rank's shard
-    x_train, y_train = torch.from_numpy(x[my_idx]), torch.from_numpy(y[my_idx])
-    x_test, y_test = torch.from_numpy(x[test_idx]), torch.from_numpy(y[test_idx])
+    x_train = torch.from_numpy(x[my_idx]).to(device)
+    y_train = torch.from_numpy(y[my_idx]).to(device)
+    x_test = torch.from_numpy(x[test_idx]).to(device)
+    y_test = torch.from_numpy(y[test_idx]).to(device)
 
-    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),
                                 momentum=args.momentum)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
@@ -81,8 +103,9 @@ def main():
     for epoch in range(args.epochs):
         t0 = time.perf_counter()
         model.train()
-        order = torch.randperm(len(my_idx), generator=torch.Generator().manual_seed(epoch))
-        total = torch.zeros(1)
+        order = torch.randperm(len(my_idx),
+                               generator=torch.Generator().manual_seed(epoch)).to(device)
+        total = torch.zeros(1, device=device)
         for step in range(steps):
             idx = order[step * args.batch_size:(step + 1) * args.batch_size]
             optimizer.zero_grad()
@@ -102,14 +125,19 @@ def main():
         if hvd.rank() == 0:
             print(f"epoch {epoch + 1:3d}  train loss {mean_loss:.4f}  test accuracy {acc:.4f}",
                   flush=True)
+            if args.checkpoint:  # rank 0 only: every rank holds the same weights
+                torch.save({"epoch": epoch + 1, "model": model.state_dict(),
+                            "optimizer": optimizer.state_dict()}, args.checkpoint)
 
     # The weights are identical on every rank.
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     spread = (hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)).abs().max().item()
     if hvd.rank() == 0:
         print(f"final test accuracy {acc:.4f}; max weight difference across ranks {spread:.3g}; "
-              f"{steps * args.epochs / train_time:.1f} steps/s")
+              f"{steps * args.epochs / train_time:.1f} steps/s on {device}")
     hvd.shutdown()
+    if acc < args.min_accuracy or spread != 0:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
             entry = {}
             for key, value in optimizer.state[p].items():
                 if torch.is_tensor(value):
-                    entry[key] = ("tensor", tuple(value.shape), value.dtype)
+                    entry[key] = ("tensor", tuple(value.shape), value.dtype, value.device.type)
                 else:
                     entry[key] = ("value", value)
             state[pid] = entry
@@ -112,11 +112,14 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
             if spec[0] == "value":
                 pstate[key] = spec[1]
                 continue
-            _, shape, dtype = spec
+            _, shape, dtype, device_type = spec
+            # Where root keeps it: on this rank's parameter device for root's CUDA state (Adam's
+            # moments of a CUDA model), on the CPU for root's CPU state (Adam's step count).
+            device = p.device if device_type == "cuda" and p.is_cuda else torch.device("cpu")
             current = pstate.get(key)
             if (not torch.is_tensor(current) or tuple(current.shape) != shape
-                    or current.dtype != dtype or current.device.type != "cpu"):
-                current = torch.zeros(shape, dtype=dtype)
+                    or current.dtype != dtype or current.device != device):
+                current = torch.zeros(shape, dtype=dtype, device=device)
                 pstate[key] = current
             handles.append(broadcast_async_(current, root_rank,
                                             f"broadcast_optimizer_state.{pid}.{key}",

@@ -1,4 +1,4 @@
-"""horovod.torch's collectives on CPU torch tensors, over horovod_cpp's native module.
+"""horovod.torch's collectives on torch tensors (CPU and CUDA), over horovod_cpp's native module.
 
 Tensors are handed to the library without copying (their data_ptr()); handles are integers,
 as in Horovod: poll(handle) never blocks, synchronize(handle) waits with the GIL released and
@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import torch
+import torch.utils.dlpack
 
 from .. import _C
 from .._basics import (_OPS, Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
@@ -37,9 +38,11 @@ _C.torch_fast_setup(torch.Tensor, global_process_set)
 def _check_tensor(tensor, what="tensor"):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(tensor).__name__}")
-    if not tensor.is_cpu:
+    # CUDA tensors go to the library, which checks their device on every rank together (a
+    # device that only some ranks cannot use fails the collective on all of them, never hangs).
+    if tensor.device.type not in ("cpu", "cuda"):
         raise NotImplementedError(f"horovod_cpp.torch: {what} is on device '{tensor.device}'; "
-                                  "only CPU tensors are supported from Python")
+                                  "only CPU and CUDA tensors are supported")
 
 
 def handle_average_backwards_compatibility(op, average):
@@ -123,7 +126,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
     op = handle_average_backwards_compatibility(op, average)
     _check_tensor(tensor)
-    output = torch.empty(tensor.shape, dtype=tensor.dtype)
+    output = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
                             process_set)
 
@@ -262,7 +265,14 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 # ---- allgather ---------------------------------------------------------------------------
 def _from_library(array, dtype):
-    """The torch tensor sharing a result array of the library (bfloat16 arrives as int16)."""
+    """The torch tensor sharing a result of the library: a numpy array for CPU results
+    (bfloat16 arrives as int16), (DLPack capsule or None when empty, shape, device index) for
+    CUDA results, which complete on the device before synchronize() returns."""
+    if isinstance(array, tuple):
+        capsule, shape, device = array
+        if capsule is None:
+            return torch.empty(shape, dtype=dtype, device=torch.device("cuda", device))
+        return torch.utils.dlpack.from_dlpack(capsule)
     t = torch.from_numpy(array)
     if dtype == torch.bfloat16:
         t = t.view(torch.bfloat16)
@@ -292,7 +302,7 @@ class _HorovodAllgather(torch.autograd.Function):
     def backward(ctx, grad_output):
         grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         dims = synchronize(allgather_async(torch.tensor([ctx.dim], dtype=torch.int64),
-                                           process_set=ctx.process_set))
+                                           process_set=ctx.process_set)).cpu()
         offset = int(dims[:_set_rank(ctx.process_set)].sum().item())
         return grad.narrow(0, offset, ctx.dim), None, None
 
@@ -360,8 +370,9 @@ def _rows_layout(tensor):
     if tensor.sparse_dim() != 1 and tensor.dim() > 0:
         if tensor._nnz() == 0:
             return torch.sparse_coo_tensor(
-                torch.zeros((1, 0), dtype=torch.int64),
-                torch.zeros((0,) + tuple(tensor.shape[1:]), dtype=tensor.dtype), tensor.shape)
+                torch.zeros((1, 0), dtype=torch.int64, device=tensor.device),
+                torch.zeros((0,) + tuple(tensor.shape[1:]), dtype=tensor.dtype,
+                            device=tensor.device), tensor.shape)
         tensor = tensor.to_dense().to_sparse(1)
     return tensor.coalesce()
 

@@ -293,8 +293,9 @@ class _DistributedOptimizer:
 def _empty_sparse_like(p):
     """A sparse COO gradient of p's shape with no entries, in the (rows) layout of
     nn.Embedding's gradients: one sparse dimension, dense rows."""
-    return torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64),
-                                   torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype),
+    return torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64, device=p.device),
+                                   torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype,
+                                               device=p.device),
                                    p.shape)
 
 

@@ -33,7 +33,10 @@ const DeviceCount& device_count() {
 }  // namespace
 
 int chosen_cuda_device(const Config& config, int local_rank) {
-  return config.cuda_device >= 0 ? static_cast<int>(config.cuda_device) : local_rank;
+  if (config.cuda_device >= 0) return static_cast<int>(config.cuda_device);
+  const DeviceCount& dc = device_count();
+  if (config.nccl_multi_rank_gpu && dc.count > 0) return local_rank % dc.count;
+  return local_rank;
 }
 
 Status check_cuda_tensor_device(const Device& device, const Config& config, int rank,
@@ -57,9 +60,9 @@ Status check_cuda_tensor_device(const Device& device, const Config& config, int 
     return Status::InvalidArgument(
         what + ": " + who + " is local rank " + std::to_string(local_rank) + " of " +
         std::to_string(local_size) + " on its host, which has only " + std::to_string(dc.count) +
-        " CUDA device(s): each rank uses the GPU of its local rank, and NCCL (before 2.30) "
-        "refuses two ranks on one GPU; start at most " + std::to_string(dc.count) +
-        " ranks per host");
+        " CUDA device(s): each rank uses the GPU of its local rank; start at most " +
+        std::to_string(dc.count) + " ranks per host (or, for testing, share GPUs with NCCL >= "
+        "2.30 and NCCL_MULTI_RANK_GPU_ENABLE=1, or choose one with HOROVOD_CPP_CUDA_DEVICE)");
   }
   if (device.index != chosen) {
     return Status::InvalidArgument(

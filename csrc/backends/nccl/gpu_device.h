@@ -8,7 +8,9 @@
 
 namespace hvd {
 
-/// The CUDA device this rank uses: HOROVOD_CPP_CUDA_DEVICE when set, else local_rank().
+/// The CUDA device this rank uses: HOROVOD_CPP_CUDA_DEVICE when set; else local_rank(), or
+/// local_rank() modulo the host's device count when NCCL_MULTI_RANK_GPU_ENABLE lets ranks
+/// share a GPU.
 int chosen_cuda_device(const Config& config, int local_rank);
 
 /// OK when a tensor on `device` may be used by this rank: a CUDA device exists, the chosen one

@@ -143,7 +143,7 @@ Status NcclTransport::allgather(const Response& r, const BatchTensor& e, TensorR
   }
   out_shape[0] = rows;
   Tensor out;
-  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, &out, c));
+  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, e.input.stream, &out, c));
   unsigned char* dst = static_cast<unsigned char*>(out.data());
   if (rows > 0 && row_bytes > 0) {
     Comm& comm = *comm_;
@@ -196,7 +196,7 @@ Status NcclTransport::alltoall(const Response& r, const BatchTensor& e, TensorRe
   Shape out_shape = r.shape;
   out_shape[0] = plan.rows;
   Tensor out;
-  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, &out, c));
+  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, e.input.stream, &out, c));
   const unsigned char* src = static_cast<const unsigned char*>(e.input.data);
   unsigned char* dst = static_cast<unsigned char*>(out.data());
   std::vector<int64_t> soff(n, 0), roff(n, 0);
@@ -239,7 +239,7 @@ Status NcclTransport::reducescatter(const Response& r, const BatchTensor& e, Ten
   Shape out_shape = r.shape;
   out_shape[0] = split.rows[static_cast<size_t>(o_.rank)];
   Tensor out;
-  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, &out, c));
+  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, e.input.stream, &out, c));
   ncclDataType_t t;
   HVD_RETURN_IF_ERROR(nccl_type(r.dtype, &t, ctx(c)));
   const bool fp = is_float(r.dtype);

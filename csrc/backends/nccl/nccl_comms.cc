@@ -63,14 +63,21 @@ Status NcclTransport::check_agreement(const std::string& c) {
     char host[64];
     int device;
     int hierarchical;
+    int may_share;  // this rank accepts sharing its GPU (NCCL >= 2.30 and asked for)
   };
   Info mine{};
   if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) std::strcpy(mine.host, "?");
   mine.device = device_;
   mine.hierarchical = o_.config.hierarchical_allreduce ? 1 : 0;
+  int nccl_version = 0;
+  if (ncclGetVersion(&nccl_version) != ncclSuccess) nccl_version = 0;
+  const bool nccl_can_share = nccl_version >= 23000;  // NCCL 2.30: NCCL_MULTI_RANK_GPU_ENABLE
+  mine.may_share =
+      nccl_can_share && (o_.config.nccl_multi_rank_gpu || o_.config.cuda_device >= 0) ? 1 : 0;
   std::vector<Info> all(static_cast<size_t>(o_.size));
   HVD_MPI_CHECK(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
                               o_.data_comm));
+  std::string shared;  // the first pair of ranks sharing a GPU, for the warning
   for (int r = 0; r < o_.size; ++r) {
     const Info& a = all[static_cast<size_t>(r)];
     if (a.hierarchical != all[0].hierarchical) {
@@ -82,13 +89,28 @@ Status NcclTransport::check_agreement(const std::string& c) {
     }
     for (int q = 0; q < r; ++q) {
       const Info& b = all[static_cast<size_t>(q)];
-      if (a.device == b.device && std::strncmp(a.host, b.host, sizeof(a.host)) == 0) {
+      if (a.device != b.device || std::strncmp(a.host, b.host, sizeof(a.host)) != 0) continue;
+      const std::string pair = "ranks " + std::to_string(o_.global_ranks[static_cast<size_t>(q)]) +
+                               " and " + std::to_string(o_.global_ranks[static_cast<size_t>(r)]) +
+                               " both use cuda:" + std::to_string(a.device) + " on host " + a.host;
+      if (!a.may_share || !b.may_share) {
         return Status::InvalidArgument(
-            ctx(c) + ": ranks " + std::to_string(o_.global_ranks[static_cast<size_t>(q)]) +
-            " and " + std::to_string(o_.global_ranks[static_cast<size_t>(r)]) + " both use cuda:" +
-            std::to_string(a.device) + " on host " + a.host +
-            "; NCCL (before 2.30) refuses two ranks on one GPU: start at most one rank per GPU");
+            ctx(c) + ": " + pair +
+            "; NCCL runs several ranks on one GPU only from version 2.30 and with "
+            "NCCL_MULTI_RANK_GPU_ENABLE=1 (or a device chosen by HOROVOD_CPP_CUDA_DEVICE) on each "
+            "of them (this rank: NCCL " + std::to_string(nccl_version) +
+            "): start at most one rank per GPU");
       }
+      if (shared.empty()) shared = pair;
+    }
+  }
+  if (!shared.empty()) {
+    // NCCL reads its variable when a communicator is made; a device chosen explicitly implies it.
+    if (!o_.config.nccl_multi_rank_gpu) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+    if (o_.rank == 0) {
+      HVD_LOG(kWarning) << "horovod_cpp: " << shared
+                        << ": several ranks share a GPU (NCCL_MULTI_RANK_GPU_ENABLE); for testing "
+                           "only, the GPU is time-sliced";
     }
   }
   return Status::OK();

@@ -132,7 +132,10 @@ class NcclTransport : public Transport {
   Status settle(Comm& comm, const std::string& c);
   Status wait_producers(const std::vector<BatchTensor>& ts, const std::string& c);
   Status ensure(void** buf, size_t* cap, size_t bytes, const std::string& c);
-  Status alloc_output(DataType dtype, Shape shape, Tensor* out, const std::string& c);
+  // The output of allgather/alltoall/reducescatter: from the installed CudaAllocator (for
+  // the producer's stream `user_stream`) or cudaMalloc; the stream then waits on user_stream.
+  Status alloc_output(DataType dtype, Shape shape, void* user_stream, Tensor* out,
+                      const std::string& c);
 
   Status allreduce(const Batch& b, const std::string& c);
   Status reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c);

@@ -7,6 +7,7 @@
 
 #include "backends/nccl/gpu_device.h"
 #include "backends/nccl/nccl_internal.h"
+#include "common/cuda_allocator.h"
 #include "common/logging.h"
 
 namespace hvd {
@@ -54,24 +55,41 @@ Status NcclTransport::ensure(void** buf, size_t* cap, size_t bytes, const std::s
   return Status::OK();
 }
 
-Status NcclTransport::alloc_output(DataType dtype, Shape shape, Tensor* out, const std::string& c) {
+Status NcclTransport::alloc_output(DataType dtype, Shape shape, void* user_stream, Tensor* out,
+                                   const std::string& c) {
   const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
-  void* p = nullptr;
-  if (bytes > 0) {
-    HVD_CUDA_CHECK(cudaMalloc(&p, bytes), ctx(c) + ", output of " + std::to_string(bytes) + " bytes");
-  }
   const int dev = device_;
-  std::shared_ptr<void> mem(p, [dev](void* q) {
-    if (!q) return;
-    // Freed from whichever thread drops the last copy of the result; errors (e.g. at process
-    // exit, after the CUDA runtime unloaded) cannot be reported and are cleared.
-    int prev = -1;
-    if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess) {
-      (void)cudaFree(q);
-      if (prev >= 0) (void)cudaSetDevice(prev);
+  std::shared_ptr<void> mem;
+  if (bytes > 0) {
+    if (CudaAllocator alloc = installed_cuda_allocator()) {
+      const std::string what = ctx(c) + ", output of " + std::to_string(bytes) + " bytes";
+      try {
+        mem = alloc(bytes, dev, user_stream);
+      } catch (const std::exception& e) {
+        return Status::Backend("the CUDA allocator failed (" + what + "): " + e.what());
+      }
+      if (!mem) return Status::Backend("the CUDA allocator returned no memory (" + what + ")");
+      // The allocator may hand out memory freed by work still queued on user_stream (a
+      // stream-ordered cache): write it only after that work.
+      cudaStream_t producer = user_stream ? static_cast<cudaStream_t>(user_stream) : cudaStreamLegacy;
+      HVD_CUDA_CHECK(cudaEventRecord(producer_ev_, producer), what);
+      HVD_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_ev_, 0), what);
+    } else {
+      void* p = nullptr;
+      HVD_CUDA_CHECK(cudaMalloc(&p, bytes),
+                     ctx(c) + ", output of " + std::to_string(bytes) + " bytes");
+      mem = std::shared_ptr<void>(p, [dev](void* q) {
+        // Freed from whichever thread drops the last copy of the result; errors (e.g. at
+        // process exit, after the CUDA runtime unloaded) cannot be reported and are cleared.
+        int prev = -1;
+        if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess) {
+          (void)cudaFree(q);
+          if (prev >= 0) (void)cudaSetDevice(prev);
+        }
+        (void)cudaGetLastError();
+      });
     }
-    (void)cudaGetLastError();
-  });
+  }
   *out = Tensor::adopt(dtype, std::move(shape), Device::cuda(dev), std::move(mem));
   return Status::OK();
 }

@@ -1,0 +1,14 @@
+// Copyright horovod_cpp authors. The allocator for library-allocated CUDA outputs
+// (hvd::set_cuda_allocator in horovod_cpp/api.h), read by the CUDA transport.
+#pragma once
+
+#include "horovod_cpp/api.h"
+
+namespace hvd {
+
+/// The allocator installed by set_cuda_allocator(); an empty function when none is (the
+/// transport then uses cudaMalloc/cudaFree). Thread-safe; returns a copy, so a collective
+/// keeps the allocator it started with.
+CudaAllocator installed_cuda_allocator();
+
+}  // namespace hvd
