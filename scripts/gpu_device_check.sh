@@ -38,6 +38,9 @@ if has build; then
   rc=$?
   verdict build $rc
   [ $rc -eq 0 ] || { tail -40 "$OUT/build.txt"; exit 1; }
+  # libhorovod_cpp must use the shared libstdc++ (csrc/CMakeLists.txt explains why).
+  ninja -C "$BUILD" -t commands horovod_cpp 2>/dev/null | tail -1 > "$OUT/link_command.txt"
+  note "libstdc++ of libhorovod_cpp: $(ldd "$BUILD/csrc/libhorovod_cpp.so" | grep -o 'libstdc++[^ ]* => [^ ]*' || echo 'NOT the shared one')"
 fi
 
 source "$KIT/env.sh"

@@ -4,7 +4,18 @@ Shared by ``horovod_cpp`` (numpy) and ``horovod_cpp.torch``. Everything here for
 native module ``horovod_cpp._C``, a thin pybind11 layer over the C++ API.
 """
 
-from . import _C
+import ctypes
+
+# The shared libstdc++ in the process's global scope before the native module loads: a
+# libhorovod_cpp built by a toolchain that linked a static libstdc++ into it would otherwise
+# mix the two copies and crash at its first formatted number (csrc/CMakeLists.txt links the
+# shared one explicitly; this guards builds made elsewhere).
+try:
+    ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+except OSError:
+    pass
+
+from . import _C  # noqa: E402
 
 # ---- errors ------------------------------------------------------------------------------
 #: A collective that failed across ranks (a RuntimeError, as in Horovod).
