@@ -35,6 +35,18 @@ void usage(const char* prog) {
       "  --d-floats N           floats per tensor in workload d (default 256)\n"
       "  --shapes FILE          ResNet-50 shapes (default: resnet50_shapes.txt beside the\n"
       "                         executable, then the source tree)\n"
+      "GPU mode (builds with CUDA and NCCL; exit 77 without them or without a device):\n"
+      "  --gpu                  CUDA tensors on device HOROVOD_CPP_CUDA_DEVICE, else local rank\n"
+      "                         %% device count; baseline raw NCCL on a communicator of its own.\n"
+      "                         The sweep flags above apply; -W takes lat, many, big (default\n"
+      "                         all): small allreduce latency, --d-tensors x --d-floats tensors\n"
+      "                         per step, large allreduce busbw\n"
+      "  --lat-sizes LIST       sizes of workload lat (default 4,16,64,256,1K,4K)\n"
+      "  --lat-iters N          timed iterations per size of lat (default 500; warm-up a tenth)\n"
+      "  --big-sizes LIST       sizes of workload big (default 64M,256M,1G)\n"
+      "  --gpu-alloc cuda|pool  memory of library-allocated outputs (allgather, alltoall,\n"
+      "                         reducescatter): cuda = the library's cudaMalloc/cudaFree\n"
+      "                         (default), pool = cudaMallocAsync on the benchmark's stream\n"
       "Output:\n"
       "  --json FILE            also write every figure as JSON (plot with plot_bench.py)\n"
       "  --debug-corrupt        testing only: damage our results; the check must fail\n"
@@ -73,6 +85,7 @@ std::vector<std::string> split(const std::string& s) {
 
 Options parse_args(int argc, char** argv, int rank, int* exit_code) {
   Options o;
+  bool workloads_given = false;
   *exit_code = -1;
   auto fail = [&](const std::string& msg) {
     if (rank == 0) std::fprintf(stderr, "hvd_bench: %s (see --help)\n", msg.c_str());
@@ -89,11 +102,23 @@ Options parse_args(int argc, char** argv, int rank, int* exit_code) {
       o.corrupt = true;
       continue;
     }
+    if (a == "--gpu") {
+      o.gpu = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       fail("flag " + a + " needs a value");
       break;
     }
     const std::string v = argv[++i];
+    auto sizes = [&](std::vector<int64_t>* dst) {
+      dst->clear();
+      for (const auto& s : split(v)) {
+        int64_t b = 0;
+        if (!parse_size(s, &b) || b < 4) fail("bad size '" + s + "' in " + a);
+        dst->push_back(b);
+      }
+    };
     auto to_int = [&](int* dst) {
       char* end = nullptr;
       const long x = std::strtol(v.c_str(), &end, 10);
@@ -119,13 +144,18 @@ Options parse_args(int argc, char** argv, int rank, int* exit_code) {
       o.ops = split(v);
     } else if (a == "-W" || a == "--workloads") {
       o.workloads = split(v);
+      workloads_given = true;
     } else if (a == "--c-sizes") {
-      o.c_sizes.clear();
-      for (const auto& s : split(v)) {
-        int64_t b = 0;
-        if (!parse_size(s, &b) || b < 4) fail("bad size '" + s + "' in --c-sizes");
-        o.c_sizes.push_back(b);
-      }
+      sizes(&o.c_sizes);
+    } else if (a == "--lat-sizes") {
+      sizes(&o.lat_sizes);
+    } else if (a == "--big-sizes") {
+      sizes(&o.big_sizes);
+    } else if (a == "--lat-iters") {
+      to_int(&o.lat_iters);
+    } else if (a == "--gpu-alloc") {
+      o.gpu_alloc = v;
+      if (v != "cuda" && v != "pool") fail("--gpu-alloc takes cuda or pool");
     } else if (a == "--steps") {
       to_int(&o.steps);
     } else if (a == "--warmup-steps") {
@@ -146,6 +176,8 @@ Options parse_args(int argc, char** argv, int rank, int* exit_code) {
     fail("need 1 <= minbytes <= maxbytes");
   }
   if (*exit_code < 0 && o.steps < 1) fail("--steps must be >= 1");
+  if (*exit_code < 0 && o.lat_iters < 1) fail("--lat-iters must be >= 1");
+  if (o.gpu && !workloads_given) o.workloads = {"lat", "many", "big"};
   return o;
 }
 
@@ -291,6 +323,56 @@ Json stats_json(const Stats& s, double bytes, double bus_factor) {
     j.set("algbw_GBps", alg).set("busbw_GBps", alg * bus_factor);
   }
   return j;
+}
+
+int64_t count_wrong_average(const float* got, int64_t n, int64_t t, int ranks) {
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int r = 0; r < ranks; ++r) s += workload_seed(r, t, i);
+    const double want = s / ranks;
+    if (std::fabs(got[i] - want) > 1e-5 * std::max(1.0, std::fabs(want))) ++wrong;
+  }
+  return wrong;
+}
+
+void WorkloadReport::emit(const std::string& key, const std::string& title, double bytes,
+                          int tensors, const std::vector<Variant>& vs,
+                          const std::vector<Stats>& st, size_t n_ours, int64_t wrong,
+                          int64_t wrong_base) const {
+  if (rank != 0) return;
+  const double bf = 2.0 * (n - 1) / n;
+  std::printf("\n# %s: %s, %d ranks, %d steps (median of the slowest rank per step)\n",
+              key.c_str(), title.c_str(), n, st[0].steps);
+  // busbw is 0 on one rank (nccl-tests' definition): the table shows algbw there.
+  const double shown = n > 1 ? bf : 1.0;
+  std::printf("  %-36s %10s %10s %10s %9s %9s %9s\n", "variant", "median ms", "min ms", "p90 ms",
+              n > 1 ? "busbw" : "algbw", "ours/this", "");
+  Json vj = Json::array();
+  for (size_t v = 0; v < vs.size(); ++v) {
+    const double alg = bytes / st[v].median_s / 1e9;
+    char ratio[32] = "";
+    if (v >= n_ours) std::snprintf(ratio, sizeof ratio, "%9.2f", st[0].median_s / st[v].median_s);
+    std::printf("  %-36s %10.4f %10.4f %10.4f %9.3f %9s\n", vs[v].name.c_str(),
+                st[v].median_s * 1e3, st[v].min_s * 1e3, st[v].p90_s * 1e3, alg * shown, ratio);
+    Json j = stats_json(st[v], bytes, bf);
+    j.set("name", vs[v].name).set("kind", v < n_ours ? "hvd" : base_kind);
+    if (v >= n_ours) j.set("hvd_over_this", st[0].median_s / st[v].median_s);
+    vj.push(std::move(j));
+  }
+  if (wrong_base >= 0) {
+    std::printf("  wrong elements: ours %lld, raw %s %lld\n", static_cast<long long>(wrong),
+                base_kind.c_str(), static_cast<long long>(wrong_base));
+  } else {
+    std::printf("  wrong elements in our results: %lld\n", static_cast<long long>(wrong));
+  }
+  std::fflush(stdout);
+  Json w = Json::object();
+  w.set("key", key).set("title", title).set("bytes", bytes).set("tensors", tensors);
+  w.set("wrong", static_cast<double>(wrong));
+  if (wrong_base >= 0) w.set("wrong_" + base_kind, static_cast<double>(wrong_base));
+  w.set("variants", std::move(vj));
+  out->push(std::move(w));
 }
 
 }  // namespace bench

@@ -33,6 +33,13 @@ struct Options {
   std::string json_file;
   bool corrupt = false;  ///< testing only: damage our results so the check must fail
   int64_t leak_bytes = 0;  ///< testing only: bytes kept per step of d (the soak must see it)
+  // GPU mode (--gpu, gpu_bench.cc): CUDA tensors, baseline raw NCCL. -W then takes
+  // lat, many, big (default all three); many uses d_tensors x d_floats.
+  bool gpu = false;
+  std::string gpu_alloc = "cuda";  ///< library-allocated outputs: cuda (its default) or pool
+  std::vector<int64_t> lat_sizes = {4, 16, 64, 256, 1 << 10, 4 << 10};
+  int lat_iters = 500;  ///< timed iterations per size of workload lat (warm-up: a tenth)
+  std::vector<int64_t> big_sizes = {64ll << 20, 256ll << 20, 1ll << 30};
 };
 
 /// Parses argv; on --help or a bad flag prints usage (rank 0) and sets *exit_code >= 0.
@@ -86,5 +93,26 @@ class Json {
 
 /// Statistics as a JSON object, with algbw/busbw when bytes > 0.
 Json stats_json(const Stats& s, double bytes, double bus_factor);
+
+/// The workloads' data: what rank r puts at element i of tensor t (small integers).
+inline float workload_seed(int r, int64_t t, int64_t i) {
+  return static_cast<float>((r * 7 + t * 5 + i * 3) % 31);
+}
+/// Elements of got[0, n) (tensor t's result) that differ from the average over `ranks` ranks of
+/// workload_seed by more than a relative 1e-5.
+int64_t count_wrong_average(const float* got, int64_t n, int64_t t, int ranks);
+
+/// Prints (rank 0) and records one allreduce workload: each variant's statistics, busbw, and
+/// the ratio of ours (variant 0) to each baseline. Variants [0, n_ours) are ours.
+struct WorkloadReport {
+  int rank = 0, n = 1;
+  Json* out = nullptr;
+  std::string base_kind = "mpi";  ///< JSON "kind" of the baselines: "mpi" or "nccl"
+  /// `wrong`: wrong elements of our results (summed over ranks); `wrong_base`, when >= 0, of
+  /// the baselines' results.
+  void emit(const std::string& key, const std::string& title, double bytes, int tensors,
+            const std::vector<Variant>& vs, const std::vector<Stats>& st, size_t n_ours,
+            int64_t wrong, int64_t wrong_base = -1) const;
+};
 
 }  // namespace bench

@@ -2,6 +2,8 @@
 // raw MPI in the same run (size sweep with a correctness check, then the training-like
 // workloads of docs/benchmarks.md).
 //   mpirun -np 2 ./build/examples/benchmark/hvd_bench -b 8 -e 64M -f 2 --json out.json
+//   mpirun -np 1 ./build/examples/benchmark/hvd_bench --gpu -b 4 -e 1G --json gpu.json
+// (--gpu: CUDA tensors against raw NCCL, gpu_bench.cc; only in builds with CUDA and NCCL.)
 // The program initializes MPI itself (MPI_THREAD_MULTIPLE) and hands MPI_COMM_WORLD to
 // horovod_cpp, which duplicates it; the raw-MPI baselines and the timing barriers run on a
 // separate duplicate, so the two never share a communicator.
@@ -52,7 +54,17 @@ int main(int argc, char** argv) {
   }
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  int device = -1;
+  if (opts.gpu) {
+    exit_code = bench::gpu_prepare(comm, &device);
+    if (exit_code >= 0) {
+      MPI_Comm_free(&comm);
+      MPI_Finalize();
+      return exit_code;
+    }
+  }
   int64_t wrong = 0;
+  bench::Json meta = bench::Json::object();
   bench::Json sweep = bench::Json::array(), workloads = bench::Json::array(),
               targets = bench::Json::array();
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -67,10 +79,14 @@ int main(int argc, char** argv) {
                   mpi_line.c_str(), provided == MPI_THREAD_MULTIPLE ? "multiple" : "lower",
                   cpu_model().c_str(), now_utc().c_str());
       std::printf("# times: median over steps of the slowest rank per step; ours (hvd) and raw "
-                  "MPI interleaved step by step\n");
+                  "%s interleaved step by step\n", opts.gpu ? "NCCL" : "MPI");
     }
-    if (!opts.ops.empty()) wrong += bench::run_sweep(opts, comm, &sweep);
-    if (!opts.workloads.empty()) wrong += bench::run_workloads(opts, comm, &workloads, &targets);
+    if (opts.gpu) {
+      wrong += bench::run_gpu(opts, comm, device, &meta, &sweep, &workloads);
+    } else {
+      if (!opts.ops.empty()) wrong += bench::run_sweep(opts, comm, &sweep);
+      if (!opts.workloads.empty()) wrong += bench::run_workloads(opts, comm, &workloads, &targets);
+    }
     hvd::shutdown();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hvd_bench: rank %d: %s\n", rank, e.what());
@@ -81,7 +97,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(wrong));
     if (!opts.json_file.empty()) {
       bench::Json root = bench::Json::object();
-      bench::Json meta = bench::Json::object();
+      meta.set("mode", opts.gpu ? "gpu" : "cpu").set("baseline", opts.gpu ? "nccl" : "mpi");
       meta.set("ranks", size).set("mpi_library", mpi_line).set("cpu", cpu_model());
       meta.set("date_utc", now_utc()).set("wrong_total", static_cast<double>(wrong));
       root.set("meta", std::move(meta)).set("sweep", std::move(sweep));

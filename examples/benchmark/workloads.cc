@@ -73,11 +73,11 @@ hvd::TensorView view(std::vector<float>& v) {
   return hvd::TensorView(v.data(), hvd::DataType::kFloat32, {static_cast<int64_t>(v.size())});
 }
 
-float seed(int r, int64_t t, int64_t i) { return static_cast<float>((r * 7 + t * 5 + i * 3) % 31); }
-
 void fill(Tensors& ts, int rank) {
   for (size_t t = 0; t < ts.size(); ++t) {
-    for (size_t i = 0; i < ts[t].size(); ++i) ts[t][i] = seed(rank, static_cast<int64_t>(t), static_cast<int64_t>(i));
+    for (size_t i = 0; i < ts[t].size(); ++i) {
+      ts[t][i] = workload_seed(rank, static_cast<int64_t>(t), static_cast<int64_t>(i));
+    }
   }
 }
 
@@ -85,12 +85,8 @@ void fill(Tensors& ts, int rank) {
 int64_t count_wrong(const Tensors& ts, int n) {
   int64_t wrong = 0;
   for (size_t t = 0; t < ts.size(); ++t) {
-    for (size_t i = 0; i < ts[t].size(); ++i) {
-      double s = 0;
-      for (int r = 0; r < n; ++r) s += seed(r, static_cast<int64_t>(t), static_cast<int64_t>(i));
-      const double want = s / n;
-      if (std::fabs(ts[t][i] - want) > 1e-5 * std::max(1.0, std::fabs(want))) ++wrong;
-    }
+    wrong += count_wrong_average(ts[t].data(), static_cast<int64_t>(ts[t].size()),
+                                 static_cast<int64_t>(t), n);
   }
   return wrong;
 }
@@ -124,39 +120,7 @@ struct Ours {
   void grouped() { hvd::grouped_allreduce_async(gnames, views).wait(); }
 };
 
-/// Prints and records one workload: its variants' statistics and our ratio to each.
-struct Report {
-  int rank, n;
-  Json* out;
-  void emit(const std::string& key, const std::string& title, double bytes, int tensors,
-            const std::vector<Variant>& vs, const std::vector<Stats>& st, size_t n_ours,
-            int64_t wrong) {
-    if (rank != 0) return;
-    const double bf = 2.0 * (n - 1) / n;
-    std::printf("\n# %s: %s, %d ranks, %d steps (median of the slowest rank per step)\n",
-                key.c_str(), title.c_str(), n, st[0].steps);
-    std::printf("  %-36s %10s %10s %10s %9s %9s %9s\n", "variant", "median ms", "min ms",
-                "p90 ms", "busbw", "ours/this", "");
-    Json vj = Json::array();
-    for (size_t v = 0; v < vs.size(); ++v) {
-      const double alg = bytes / st[v].median_s / 1e9;
-      char ratio[32] = "";
-      if (v >= n_ours) std::snprintf(ratio, sizeof ratio, "%9.2f", st[0].median_s / st[v].median_s);
-      std::printf("  %-36s %10.4f %10.4f %10.4f %9.3f %9s\n", vs[v].name.c_str(),
-                  st[v].median_s * 1e3, st[v].min_s * 1e3, st[v].p90_s * 1e3, alg * bf, ratio);
-      Json j = stats_json(st[v], bytes, bf);
-      j.set("name", vs[v].name).set("kind", v < n_ours ? "hvd" : "mpi");
-      if (v >= n_ours) j.set("hvd_over_this", st[0].median_s / st[v].median_s);
-      vj.push(std::move(j));
-    }
-    std::printf("  wrong elements in our results: %lld\n", static_cast<long long>(wrong));
-    std::fflush(stdout);
-    Json w = Json::object();
-    w.set("key", key).set("title", title).set("bytes", bytes).set("tensors", tensors);
-    w.set("wrong", static_cast<double>(wrong)).set("variants", std::move(vj));
-    out->push(std::move(w));
-  }
-};
+using Report = WorkloadReport;
 
 struct TargetFigures {
   double c4_us = -1, d_ms = -1, a_ms = -1, a_best_mpi_ms = -1, c64_ratio = -1;
@@ -318,7 +282,8 @@ void add_target(Json* targets, const char* name, double ours, double limit, cons
 }  // namespace
 
 int64_t run_workloads(const Options& o, MPI_Comm comm, Json* out, Json* targets) {
-  Report rep{0, 1, out};
+  Report rep;
+  rep.out = out;
   MPI_Comm_rank(comm, &rep.rank);
   MPI_Comm_size(comm, &rep.n);
   TargetFigures tf;
