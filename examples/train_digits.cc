@@ -1,7 +1,7 @@
 // Copyright horovod_cpp authors. The main example: data-parallel training of a LibTorch MLP on
 // the UCI handwritten digits (examples/data/digits.csv.gz, 1,797 8x8 images) with horovod_cpp.
 //
-//   mpirun -np 2 ./train_digits [--epochs N] [--data PATH] [--checkpoint PATH] [--resume]
+//   mpirun -np 2 ./train_digits [--epochs N] [--data PATH] [--checkpoint PATH] [--resume] [--cuda]
 //
 // What it shows, in the order Horovod's recipe puts it:
 //   1. hvd::init(); each rank trains on its own shard of the training set (rank r takes every
@@ -20,6 +20,12 @@
 // steps earlier; --local-sgd K averages the parameters every K steps (--local-sgd-warmup N
 // synchronous steps first). Both flush() at the end of every epoch, before the checkpoint.
 // --straggle slows the last rank down (30% of its steps sleep 0-20 ms) to measure throughput.
+//
+// --cuda trains on the GPU: each rank pins the device the library uses (HOROVOD_CPP_CUDA_DEVICE
+// when set, else its local rank modulo the device count) and puts the model, the data and so the
+// optimizer state there; the checkpoint is still written with CPU tensors, so either kind of run
+// can resume it. Without CUDA support in this build, or without a device, it says so and exits
+// with code 77 ("skipped") on every rank.
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -60,6 +66,7 @@ struct Options {
   int local_sgd = 0;
   int local_sgd_warmup = 0;
   bool straggle = false;
+  bool cuda = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -99,12 +106,15 @@ Options parse(int argc, char** argv) {
       o.local_sgd_warmup = std::atoi(next().c_str());
     } else if (a == "--straggle") {
       o.straggle = true;
+    } else if (a == "--cuda") {
+      o.cuda = true;
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--epochs N] [--batch N] [--lr X] [--data digits.csv.gz] [--checkpoint PATH] "
-                   "[--resume] [--no-progress] [--threads N] [--momentum M] [--staleness S] [--local-sgd K] [--local-sgd-warmup N] "
-                   "[--straggle]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--epochs N] [--batch N] [--lr X] [--data digits.csv.gz] [--checkpoint PATH] "
+          "[--resume] [--no-progress] [--threads N] [--momentum M] [--staleness S] [--local-sgd K] "
+          "[--local-sgd-warmup N] [--straggle] [--cuda]\n",
+          argv[0]);
       std::exit(2);
     }
   }
@@ -166,6 +176,74 @@ double accuracy(Net& net, const at::Tensor& x, const at::Tensor& y) {
   return pred.eq(y).sum().item<double>() / static_cast<double>(y.size(0));
 }
 
+// --cuda: this rank's device (the one the library uses), or a reason why there is none. Every
+// rank agrees (an allreduce), so either all train on the GPU or all stop.
+bool pick_cuda_device(at::Device* device, std::string* why) {
+  const int count = static_cast<int>(::torch::cuda::device_count());
+  const char* chosen = std::getenv("HOROVOD_CPP_CUDA_DEVICE");
+  int index = -1;
+  if (!hvd::torch::has_cuda_support()) {
+    *why =
+        "this LibTorch / horovod_cpp build has no CUDA support (it needs LibTorch with CUDA and "
+        "horovod_cpp built with CUDA)";
+  } else if (count == 0) {
+    *why = "no CUDA device is available";
+  } else if (chosen && *chosen) {
+    index = std::atoi(chosen);
+    if (index < 0 || index >= count) {
+      *why = "HOROVOD_CPP_CUDA_DEVICE=" + std::string(chosen) + " but " + std::to_string(count) +
+             " device(s)";
+    }
+  } else {
+    index = hvd::local_rank() % count;
+  }
+  std::vector<int32_t> ok{why->empty() ? 1 : 0};
+  hvd::allreduce("cuda_ok", hvd::TensorView(ok.data(), hvd::DataType::kInt32, {1}),
+                 hvd::AllreduceOptions{hvd::ReduceOp::kMin});
+  if (ok[0] == 0 && why->empty()) *why = "another rank has no usable CUDA device";
+  if (ok[0] == 0) return false;
+  *device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return true;
+}
+
+// Rank 0's checkpoint, written with CPU tensors whatever the device: a CPU copy of the model
+// (same structure, so the same parameter order) and a CPU copy of the optimizer state (through
+// an in-memory archive loaded onto the CPU).
+void save_checkpoint(Net& net, ::torch::optim::SGD& sgd, int64_t epoch, const std::string& path) {
+  ::torch::serialize::OutputArchive ar, mar, oar;
+  if (net->parameters().front().device().is_cpu()) {
+    net->save(mar);
+    sgd.save(oar);
+  } else {
+    Net cpu_net;
+    {
+      ::torch::NoGradGuard no_grad;
+      auto src = net->parameters(), dst = cpu_net->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+      auto bsrc = net->buffers(), bdst = cpu_net->buffers();
+      for (size_t i = 0; i < bsrc.size(); ++i) bdst[i].copy_(bsrc[i]);
+    }
+    ::torch::optim::SGD cpu_sgd(cpu_net->parameters(),
+                                static_cast<const ::torch::optim::SGDOptions&>(sgd.defaults()));
+    ::torch::serialize::OutputArchive state;
+    sgd.save(state);
+    std::string bytes;
+    state.save_to([&bytes](const void* data, size_t n) -> size_t {
+      bytes.append(static_cast<const char*>(data), n);
+      return n;
+    });
+    ::torch::serialize::InputArchive on_cpu;
+    on_cpu.load_from(bytes.data(), bytes.size(), at::Device(at::kCPU));
+    cpu_sgd.load(on_cpu);
+    cpu_net->save(mar);
+    cpu_sgd.save(oar);
+  }
+  ar.write("model", mar);
+  ar.write("optimizer", oar);
+  ar.write("epoch", at::tensor(epoch));
+  ar.save_to(path);
+}
+
 void progress(int done, int total, double seconds) {
   const int width = 30;
   const int fill = total ? done * width / total : width;
@@ -181,6 +259,15 @@ int main(int argc, char** argv) {
   hvd::init();
   const int rank = hvd::rank(), size = hvd::size();
   ::torch::set_num_threads(opt.threads);
+  at::Device device(at::kCPU);
+  if (opt.cuda) {
+    std::string why;
+    if (!pick_cuda_device(&device, &why)) {
+      std::fprintf(stderr, "rank %d: --cuda: %s; skipped\n", rank, why.c_str());
+      hvd::shutdown();
+      return 77;
+    }
+  }
 
   at::Tensor x, y;
   if (!load_digits(opt.data, x, y)) {
@@ -199,17 +286,21 @@ int main(int argc, char** argv) {
   at::Tensor x_test = x.index_select(0, idx.slice(0, n_train)), y_test = y.index_select(0, idx.slice(0, n_train));
   // This rank's shard: every size()-th training sample.
   at::Tensor shard = at::arange(rank, n_train, size, at::kLong);
-  at::Tensor xs = x_train.index_select(0, shard), ys = y_train.index_select(0, shard);
+  at::Tensor xs = x_train.index_select(0, shard).to(device),
+             ys = y_train.index_select(0, shard).to(device);
+  x_test = x_test.to(device);
+  y_test = y_test.to(device);
   const int64_t min_shard = n_train / size;  // every rank runs the same number of steps
   const int steps = static_cast<int>((min_shard + opt.batch - 1) / opt.batch);
 
   ::torch::manual_seed(static_cast<uint64_t>(1 + rank));  // different on purpose: the broadcast fixes it
   Net net;
+  net->to(device);  // before the optimizer and the DistributedOptimizer take its parameters
   ::torch::optim::SGD sgd(net->parameters(), ::torch::optim::SGDOptions(opt.base_lr * size).momentum(opt.momentum));
   int64_t start_epoch = 0;
   if (opt.resume && rank == 0) {  // rank 0 alone reads the checkpoint
     ::torch::serialize::InputArchive ar, mar, oar;
-    ar.load_from(opt.checkpoint);
+    ar.load_from(opt.checkpoint, device);  // saved on the CPU, loaded onto this run's device
     ar.read("model", mar);
     ar.read("optimizer", oar);
     net->load(mar);
@@ -240,10 +331,13 @@ int main(int argc, char** argv) {
   const bool tty = rank == 0 && opt.progress && isatty(STDOUT_FILENO) && term && *term &&
                    std::string(term) != "dumb";
   if (rank == 0) {
-    std::printf("train_digits: %d rank(s), %lld training samples (%lld per rank), %lld held out, %d steps/epoch, "
-                "batch %d per rank, peak lr %.3f (cosine decay)\n",
-                size, static_cast<long long>(n_train), static_cast<long long>(xs.size(0)),
-                static_cast<long long>(n_test), steps, opt.batch, opt.base_lr * size);
+    std::printf(
+        "train_digits: %d rank(s) on %s, %lld training samples (%lld per rank), %lld held out, %d "
+        "steps/epoch, "
+        "batch %d per rank, peak lr %.3f (cosine decay)\n",
+        size, opt.cuda ? "CUDA" : "the CPU", static_cast<long long>(n_train),
+        static_cast<long long>(xs.size(0)), static_cast<long long>(n_test), steps, opt.batch,
+        opt.base_lr * size);
   }
   double total_time = 0;
   int timed_epochs = 0;
@@ -258,7 +352,7 @@ int main(int argc, char** argv) {
     for (int s = 0; s < steps; ++s) {
       const int64_t b0 = std::min<int64_t>(s * opt.batch, xs.size(0));
       const int64_t b1 = std::min<int64_t>(b0 + opt.batch, xs.size(0));
-      at::Tensor bi = perm.slice(0, b0, b1);
+      at::Tensor bi = perm.slice(0, b0, b1).to(device);
       at::Tensor bx = xs.index_select(0, bi), by = ys.index_select(0, bi);
       dopt.zero_grad();
       at::Tensor logits = net->forward(bx);
@@ -286,14 +380,7 @@ int main(int argc, char** argv) {
       std::printf("epoch %3lld/%d  loss %.4f  train acc %5.1f%%  test acc %5.1f%%  time %.3fs\n",
                   static_cast<long long>(epoch + 1), opt.epochs, stats[0] / stats[2], 100.0 * stats[1] / stats[2],
                   100.0 * accuracy(net, x_test, y_test), secs);
-      // Rank 0 alone writes the checkpoint.
-      ::torch::serialize::OutputArchive ar, mar, oar;
-      net->save(mar);
-      sgd.save(oar);
-      ar.write("model", mar);
-      ar.write("optimizer", oar);
-      ar.write("epoch", at::tensor(static_cast<int64_t>(epoch + 1)));
-      ar.save_to(opt.checkpoint);
+      save_checkpoint(net, sgd, epoch + 1, opt.checkpoint);  // rank 0 alone writes it
     }
   }
 

@@ -19,7 +19,15 @@
 // as backward has produced it, so communication overlaps the rest of backward. Dense
 // gradients are allreduced in place; sparse gradients (torch::nn::Embedding with
 // sparse(true)) are allgathered as indices and values, never densified unless
-// DistributedOptions::sparse_as_dense. Tensors must live on the CPU.
+// DistributedOptions::sparse_as_dense.
+//
+// Devices. Tensors live on the CPU or, when has_cuda_support(), on a CUDA device: the one the
+// library uses on this rank (HOROVOD_CPP_CUDA_DEVICE when set, else hvd::local_rank(); pin the
+// model there, as examples/train_digits.cc --cuda does). CUDA tensors follow Horovod's rules:
+// a collective waits for the work already queued on torch's current CUDA stream when it is
+// submitted (no synchronize() needed before it), and once its handle completes the result is
+// ready for any stream. Outputs the library allocates come from LibTorch's CUDA caching
+// allocator (installed the first time the adapter sees a CUDA tensor).
 //
 // Namespace note: the adapter lives in hvd::torch, so inside namespace hvd (or after `using
 // namespace hvd`) spell LibTorch's namespace ::torch.
@@ -30,6 +38,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "horovod_cpp/horovod_cpp.h"
 #include "horovod_cpp/training.h"
@@ -41,12 +51,31 @@ namespace torch {
 /// horovod_cpp does not carry (complex, quantized, ...).
 DataType to_hvd_dtype(c10::ScalarType type);
 
-/// A view of a contiguous CPU tensor's storage (no copy). Throws InvalidArgumentError for a
-/// non-contiguous, sparse or non-CPU tensor.
+/// True when this adapter handles CUDA tensors: LibTorch has CUDA and horovod_cpp was built
+/// with CUDA. Otherwise view() of a CUDA tensor throws InvalidArgumentError.
+bool has_cuda_support();
+
+/// A view of a contiguous CPU or CUDA tensor's storage (no copy). For a CUDA tensor the view
+/// names its device and torch's current CUDA stream on that device (the collective waits for
+/// the work queued there before it reads the data), and the first such call installs
+/// LibTorch's CUDA caching allocator for the library's outputs (hvd::set_cuda_allocator).
+/// Throws InvalidArgumentError for a non-contiguous or sparse tensor, a tensor on another kind
+/// of device, or a CUDA tensor without has_cuda_support().
 TensorView view(const at::Tensor& tensor);
 
-/// A LibTorch tensor holding a copy of `tensor` (e.g. the result of an allgather).
+/// A LibTorch tensor with the contents of `tensor` (e.g. the result of an allgather), on the
+/// same device: a copy on the CPU; for a CUDA result the same device memory, no copy (the
+/// torch tensor keeps `tensor`'s storage alive).
 at::Tensor to_torch(const Tensor& tensor);
+
+/// The key type of torch::optim::Optimizer::state(): std::string in LibTorch 1.x, void* (the
+/// parameter's TensorImpl) in 2.x.
+using OptimizerStateKey =
+    typename std::decay_t<decltype(std::declval<::torch::optim::Optimizer&>().state())>::key_type;
+
+/// The key of `param`'s entry in torch::optim::Optimizer::state(), whichever LibTorch version
+/// is in use (1.x: the address of its TensorImpl as text; 2.x: that address).
+OptimizerStateKey optimizer_state_key(const at::Tensor& param);
 
 /// Averages (by default) every gradient across ranks before the wrapped optimizer's step.
 ///
@@ -57,6 +86,8 @@ at::Tensor to_torch(const Tensor& tensor);
 /// (or as an empty sparse gradient for parameters known to be sparse), so every rank steps
 /// the same parameters. Options (op, gradient_predivide_factor, compression,
 /// sparse_as_dense, backward_passes_per_step, timeout, name_prefix) are hvd::DistributedOptions.
+/// Parameters may live on the CPU or on this rank's CUDA device (see the file comment); the
+/// reductions then run there (NCCL), sparse indices included.
 ///
 /// The wrapped optimizer must outlive this object, and its parameter groups must not change
 /// after construction. Not copyable or movable (the hooks refer to it).
@@ -147,7 +178,8 @@ void broadcast_parameters(const ::torch::nn::Module& module, int root_rank,
 /// counts, ...) and every parameter group's options (learning rate, momentum, betas, ...)
 /// by root_rank's. Works for any optimizer that implements LibTorch serialization (SGD, Adam,
 /// AdamW, Adagrad, RMSprop, LBFGS). State that exists only on root_rank (e.g. loaded from a
-/// checkpoint there) is created on the other ranks. Collective; the parameter groups must
+/// checkpoint there) is created on the other ranks, on the device of each rank's own
+/// parameters (the root's state may live on another GPU). Collective; the parameter groups must
 /// have the same sizes and shapes on every rank (MismatchError otherwise).
 void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank,
                                std::chrono::milliseconds timeout = std::chrono::milliseconds(0));

@@ -42,10 +42,6 @@ void TorchSemiSync::submit_gradients(const std::string& tag) {
     } else {
       g = grad.clone(at::MemoryFormat::Contiguous);  // ours: the next backward writes .grad()
     }
-    if (!g.device().is_cpu()) {
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: gradient of '" + name + "' is on " +
-                                 g.device().str() + "; only CPU tensors are supported");
-    }
     if (pass_scale != 1.0) g.mul_(pass_scale);
     if (opts_.compression == Compression::kFP16 && g.is_floating_point() && g.scalar_type() != at::kHalf) {
       g = g.to(at::kHalf).contiguous();
@@ -83,7 +79,7 @@ std::vector<std::pair<std::string, at::Tensor>> TorchSemiSync::averaged_tensors(
   if (!opts_.local_sgd_average_state) return out;
   auto& state = optimizer_.state();
   for (auto& [name, param] : params_) {
-    auto it = state.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+    auto it = state.find(optimizer_state_key(param));
     if (it == state.end()) continue;  // no state yet (the same on every rank: steps are in lockstep counts)
     auto* base = it->second.get();
     std::vector<std::pair<std::string, at::Tensor>> st;

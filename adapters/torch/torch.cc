@@ -15,6 +15,14 @@
 
 #include "semisync.h"
 
+// CUDA tensors: only when LibTorch has CUDA and horovod_cpp was built with it (CMake defines
+// the macro then; see adapters/torch/CMakeLists.txt).
+#if HOROVOD_CPP_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace hvd {
 namespace torch {
 
@@ -25,7 +33,64 @@ std::string sizes_str(const at::Tensor& t) {
   return shape_str(s);
 }
 
+#if HOROVOD_CPP_TORCH_CUDA
+// Makes LibTorch's CUDA caching allocator the library's allocator for the CUDA outputs it
+// allocates (allgather, alltoall, reducescatter), once per process, the first time the
+// adapter sees a CUDA tensor: results then come from torch's memory pool, as every other torch
+// tensor does, instead of cudaMalloc/cudaFree per collective. The memory is allocated for the
+// producer's stream (the one view() recorded); the library orders its own stream after it.
+void install_torch_cuda_allocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    set_cuda_allocator([](size_t bytes, int device, void* stream) -> std::shared_ptr<void> {
+      // raw_alloc_with_stream allocates on the current device.
+      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+      void* p = c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(
+          bytes, static_cast<cudaStream_t>(stream));
+      if (!p) return nullptr;
+      return std::shared_ptr<void>(p, [](void* q) {
+        // Runs on whichever thread drops the last reference; nothing can be reported from here.
+        try {
+          c10::cuda::CUDACachingAllocator::raw_delete(q);
+        } catch (...) {
+        }
+      });
+    });
+  });
+}
+#endif
+
+// optimizer_state_key(): a template, so that only the branch of this LibTorch's key type is
+// compiled.
+template <typename Key>
+Key state_key_of(c10::TensorImpl* impl) {
+  if constexpr (std::is_same<Key, std::string>::value) {
+    std::ostringstream os;
+    os << impl;  // what LibTorch 1.x's c10::guts::to_string(impl) writes
+    return os.str();
+  } else {
+    return static_cast<Key>(impl);
+  }
+}
+
+#if !HOROVOD_CPP_TORCH_CUDA
+[[noreturn]] void throw_no_cuda(const std::string& who, const std::string& what) {
+  throw InvalidArgumentError(
+      "horovod_cpp: " + who + " of " + what +
+      ": this LibTorch / horovod_cpp build has no CUDA support (the LibTorch adapter "
+      "handles CUDA tensors when LibTorch has CUDA and horovod_cpp is built with CUDA)");
+}
+#endif
+
 }  // namespace
+
+bool has_cuda_support() {
+#if HOROVOD_CPP_TORCH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
 
 DataType to_hvd_dtype(c10::ScalarType type) {
   switch (type) {
@@ -64,16 +129,50 @@ static c10::ScalarType to_torch_dtype(DataType t) {
 TensorView view(const at::Tensor& t) {
   if (!t.defined()) throw InvalidArgumentError("horovod_cpp: undefined tensor");
   if (t.is_sparse()) throw InvalidArgumentError("horovod_cpp: view() of a sparse tensor");
-  if (!t.device().is_cpu()) {
-    throw InvalidArgumentError("horovod_cpp: the LibTorch adapter needs CPU tensors, got " + t.device().str());
+  const std::string what = "a tensor of shape " + sizes_str(t) + " on " + t.device().str();
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
+    throw InvalidArgumentError("horovod_cpp: view() of " + what +
+                               ": only CPU and CUDA tensors are supported");
   }
   if (!t.is_contiguous()) throw InvalidArgumentError("horovod_cpp: view() of a non-contiguous tensor");
-  return TensorView(t.data_ptr(), to_hvd_dtype(t.scalar_type()), Shape(t.sizes().begin(), t.sizes().end()));
+  TensorView v(t.data_ptr(), to_hvd_dtype(t.scalar_type()),
+               Shape(t.sizes().begin(), t.sizes().end()));
+  if (t.device().is_cuda()) {
+#if HOROVOD_CPP_TORCH_CUDA
+    install_torch_cuda_allocator();
+    const c10::DeviceIndex index = t.device().index();
+    v.device = Device::cuda(static_cast<int>(index));
+    // torch's current stream: the library's stream waits for the work already queued there
+    // (the kernels that produced the data), so the caller need not synchronize.
+    v.stream = static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
+#else
+    throw_no_cuda("view()", what);
+#endif
+  }
+  return v;
+}
+
+OptimizerStateKey optimizer_state_key(const at::Tensor& param) {
+  return state_key_of<OptimizerStateKey>(param.unsafeGetTensorImpl());
 }
 
 at::Tensor to_torch(const Tensor& tensor) {
   std::vector<int64_t> sizes(tensor.shape().begin(), tensor.shape().end());
   auto opts = at::TensorOptions().dtype(to_torch_dtype(tensor.dtype()));
+  if (tensor.device().is_cuda()) {
+#if HOROVOD_CPP_TORCH_CUDA
+    opts = opts.device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(tensor.device().index)));
+    if (tensor.numel() == 0) return at::empty(sizes, opts);
+    // No copy: the torch tensor shares the memory (from torch's caching allocator, see
+    // install_torch_cuda_allocator) and keeps a copy of `tensor`, i.e. that memory, alive.
+    Tensor keep = tensor;
+    return at::from_blob(
+        const_cast<void*>(tensor.data()), sizes, [keep](void*) mutable { keep = Tensor(); }, opts);
+#else
+    throw_no_cuda("to_torch()", "a result of shape " + shape_str(tensor.shape()) + " on " +
+                                    tensor.device().str());
+#endif
+  }
   if (tensor.numel() == 0) return at::empty(sizes, opts);
   return at::from_blob(const_cast<void*>(tensor.data()), sizes, opts).clone();
 }
@@ -129,20 +228,14 @@ struct DistributedOptimizer::Impl {
     if (!grad.defined()) {
       if (sparse_grad) {
         const int64_t sd = 1;
-        grad = at::sparse_coo_tensor(at::empty({sd, 0}, at::kLong),
-                                     at::empty([&] {
-                                       std::vector<int64_t> v{0};
-                                       for (int64_t d = 1; d < s.param.dim(); ++d) v.push_back(s.param.size(d));
-                                       return v;
-                                     }(), s.param.options()),
-                                     s.param.sizes());
+        // Indices on the parameter's device too: allgathered with the values.
+        std::vector<int64_t> value_sizes{0};
+        for (int64_t d = 1; d < s.param.dim(); ++d) value_sizes.push_back(s.param.size(d));
+        grad = at::sparse_coo_tensor(at::empty({sd, 0}, s.param.options().dtype(at::kLong)),
+                                     at::empty(value_sizes, s.param.options()), s.param.sizes());
       } else {
         grad = at::zeros_like(s.param);
       }
-    }
-    if (!grad.device().is_cpu()) {
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: gradient of '" + s.name + "' is on " +
-                                 grad.device().str() + "; only CPU tensors are supported");
     }
     const double pass_scale =
         opts.average_aggregated_gradients ? 1.0 / static_cast<double>(opts.backward_passes_per_step) : 1.0;
@@ -427,7 +520,28 @@ void DistributedOptimizer::set_sparse(const std::string& name) {
 
 namespace {
 std::atomic<uint64_t> g_bcast_counter{0};
+
+// Moves the optimizer state of each parameter (loaded onto the CPU) to that parameter's
+// device, whatever the optimizer: through the state's own serialization, mapped to the device.
+void move_state_to_parameters(::torch::optim::Optimizer& optimizer,
+                              const std::vector<at::Tensor>& params) {
+  for (const auto& p : params) {
+    if (p.device().is_cpu()) continue;
+    auto it = optimizer.state().find(optimizer_state_key(p));
+    if (it == optimizer.state().end()) continue;
+    ::torch::serialize::OutputArchive out;
+    it->second->serialize(out);
+    std::string bytes;
+    out.save_to([&bytes](const void* data, size_t n) -> size_t {
+      bytes.append(static_cast<const char*>(data), n);
+      return n;
+    });
+    ::torch::serialize::InputArchive in;
+    in.load_from(bytes.data(), bytes.size(), p.device());
+    it->second->serialize(in);
+  }
 }
+}  // namespace
 
 void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& named_tensors, int root_rank,
                           std::chrono::milliseconds timeout) {
@@ -496,10 +610,22 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_ra
   Handle hb = broadcast_async(base + ".bytes", TensorView(buf.data(), DataType::kUInt8, Shape{len[0]}), root_rank);
   hb.wait_up_to(timeout);
   if (rank() == root_rank) return;
+  // The state goes where this rank's parameters are (the root's tensors may live on another
+  // device, e.g. its own GPU): onto their device when they share one, else onto the CPU and
+  // then, per parameter, onto that parameter's device.
+  std::vector<at::Tensor> params;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) params.push_back(p);
+  }
+  bool one_device = true;
+  for (const auto& p : params) one_device = one_device && p.device() == params.front().device();
+  const at::Device target =
+      !params.empty() && one_device ? params.front().device() : at::Device(at::kCPU);
   ::torch::serialize::InputArchive archive;
-  archive.load_from(reinterpret_cast<const char*>(buf.data()), buf.size());
+  archive.load_from(reinterpret_cast<const char*>(buf.data()), buf.size(), target);
   optimizer.state().clear();
   optimizer.load(archive);
+  if (!one_device) move_state_to_parameters(optimizer, params);
   size_t gi = 0;
   for (auto& group : optimizer.param_groups()) {
     ::torch::serialize::InputArchive opts_archive;

@@ -176,8 +176,8 @@ TEST_CASE("torch broadcast_optimizer_state: state and options come from the root
   auto ps = m->parameters();
   auto eps = em->parameters();
   for (size_t i = 0; i < ps.size(); ++i) {
-    auto key = c10::guts::to_string(ps[i].unsafeGetTensorImpl());
-    auto ekey = c10::guts::to_string(eps[i].unsafeGetTensorImpl());
+    auto key = hvd::torch::optimizer_state_key(ps[i]);
+    auto ekey = hvd::torch::optimizer_state_key(eps[i]);
     REQUIRE(adam.state().count(key) == 1);
     auto& st = static_cast<::torch::optim::AdamParamState&>(*adam.state()[key]);
     auto& est = static_cast<::torch::optim::AdamParamState&>(*eadam.state()[ekey]);

@@ -140,7 +140,7 @@ at::Tensor reference_local(int k, int warmup, int steps, bool avg_state) {
         if (avg_state) {
           auto buf = [&](int r) -> at::Tensor {
             auto& st = os[static_cast<size_t>(r)]->state();
-            auto key = c10::guts::to_string(ms[static_cast<size_t>(r)]->parameters()[i].unsafeGetTensorImpl());
+            auto key = hvd::torch::optimizer_state_key(ms[static_cast<size_t>(r)]->parameters()[i]);
             return static_cast<::torch::optim::SGDParamState&>(*st.at(key)).momentum_buffer();
           };
           at::Tensor mb = buf(0).clone();
