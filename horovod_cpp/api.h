@@ -183,7 +183,9 @@ using CudaAllocator = std::function<std::shared_ptr<void>(size_t bytes, int devi
 
 /// Installs `allocator` for the CUDA outputs of every later collective (for instance a
 /// framework's caching allocator: the LibTorch adapter installs LibTorch's when it is first
-/// used with CUDA tensors). An empty function restores the default (cudaMalloc/cudaFree).
+/// used with CUDA tensors). An empty function restores the default: a stream-ordered CUDA
+/// memory pool of the library (cudaMallocFromPoolAsync / cudaFreeAsync on `stream`), which
+/// keeps freed memory for the next outputs.
 /// May be called before init() and at any time; collectives already running keep the
 /// allocator they started with.
 void set_cuda_allocator(CudaAllocator allocator);

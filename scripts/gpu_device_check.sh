@@ -39,7 +39,7 @@ if has build; then
   verdict build $rc
   [ $rc -eq 0 ] || { tail -40 "$OUT/build.txt"; exit 1; }
   # libhorovod_cpp must use the shared libstdc++ (csrc/CMakeLists.txt explains why).
-  ninja -C "$BUILD" -t commands horovod_cpp 2>/dev/null | tail -1 > "$OUT/link_command.txt"
+  ninja -C "$BUILD" -t commands 2>/dev/null | grep -m1 -- "-o csrc/libhorovod_cpp.so" > "$OUT/link_command.txt"
   note "libstdc++ of libhorovod_cpp: $(ldd "$BUILD/csrc/libhorovod_cpp.so" | grep -o 'libstdc++[^ ]* => [^ ]*' || echo 'NOT the shared one')"
 fi
 
@@ -51,6 +51,9 @@ MPI=(mpirun --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x PYTHONPATH -x P
      -x HOROVOD_CPP_NCCL_TIMEOUT_SECONDS)
 # Several ranks on the one GPU (NCCL >= 2.30).
 SHARE=(-x NCCL_MULTI_RANK_GPU_ENABLE=1)
+# Python: pip's torch brings its own, older NCCL (2.28, which refuses to share a GPU) and,
+# imported first, it would be the process's libnccl.so.2; preload the kit's.
+PYSHARE=("${SHARE[@]}" -x LD_PRELOAD=$KIT/nccl/lib/libnccl.so.2)
 
 if has cpp; then
   NPS="$NPS" bash "$KIT/device_test.sh" "$OUT/cpp" "$BUILD" > /dev/null 2>&1
@@ -72,7 +75,7 @@ fi
 
 if has py; then
   for np in $NPS; do
-    timeout -k 10 300 "${MPI[@]}" "${SHARE[@]}" -np "$np" \
+    timeout -k 10 300 "${MPI[@]}" "${PYSHARE[@]}" -np "$np" \
       bash -c 'cd test/python && exec python3 -m pytest -p no:cacheprovider -q -x test_torch_cuda.py' \
       > "$OUT/py_np$np.txt" 2>&1
     verdict "py np $np" $?
@@ -88,7 +91,7 @@ if has examples; then
       verdict "example C++ --cuda np $np" $?
       tail -3 "$OUT/example_cpp_np$np.txt" | tee -a "$SUMMARY"
     fi
-    timeout -k 10 240 "${MPI[@]}" "${SHARE[@]}" -np "$np" python3 examples/python/train_digits.py \
+    timeout -k 10 240 "${MPI[@]}" "${PYSHARE[@]}" -np "$np" python3 examples/python/train_digits.py \
       --cuda --epochs 10 --checkpoint "/tmp/digits_py_np$np.pt" --min-accuracy 0.95 \
       > "$OUT/example_py_np$np.txt" 2>&1
     verdict "example Python --cuda np $np" $?

@@ -7,7 +7,7 @@
 namespace hvd {
 
 /// The allocator installed by set_cuda_allocator(); an empty function when none is (the
-/// transport then uses cudaMalloc/cudaFree). Thread-safe; returns a copy, so a collective
+/// transport then uses its own stream-ordered pool). Thread-safe; returns a copy, so a collective
 /// keeps the allocator it started with.
 CudaAllocator installed_cuda_allocator();
 

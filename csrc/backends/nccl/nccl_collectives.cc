@@ -45,20 +45,29 @@ ncclRedOp_t nccl_op(DataType d, ReduceOp op, bool avg_ok) {
 
 // ---- allreduce -----------------------------------------------------------------------------
 
-// Reduces `count` elements of `buf` (device memory) in place with r's op and scale factors,
-// except the prescale (applied by the copy in) and the postscale (the copy out applies it when
-// `fused`; see allreduce()).
-Status NcclTransport::reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c) {
+// Reduces `count` elements of `src` into `buf` (device memory; src == buf: in place) with r's
+// op and scale factors, except the prescale (applied by the copy in) and the postscale (the
+// copy out applies it when `fused`; see allreduce()). The hierarchical path works in place
+// only: allreduce() passes a separate `src` only when it is not taken.
+Status NcclTransport::reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c,
+                                      const void* src) {
+  if (src == nullptr) src = buf;
   if (o_.config.hierarchical_allreduce && o_.size > 1) {
     HVD_RETURN_IF_ERROR(setup_hierarchical(c));
-    if (hier_usable_) return hierarchical_allreduce(buf, count, r, c);
+    if (hier_usable_) {
+      if (src != buf) {
+        HVD_CUDA_CHECK(cudaMemcpyAsync(buf, src, static_cast<size_t>(count) * dtype_size(r.dtype),
+                                       cudaMemcpyDeviceToDevice, stream_), ctx(c));
+      }
+      return hierarchical_allreduce(buf, count, r, c);
+    }
   }
   ncclDataType_t t;
   HVD_RETURN_IF_ERROR(nccl_type(r.dtype, &t, ctx(c)));
   const ncclRedOp_t op = nccl_op(r.dtype, r.reduce_op, /*avg_ok=*/true);
   Comm& comm = *comm_;
   HVD_RETURN_IF_ERROR(nccl_group(comm, c, [&]() -> Status {
-    HVD_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), t, op, comm.comm, stream_),
+    HVD_NCCL_CHECK(ncclAllReduce(src, buf, static_cast<size_t>(count), t, op, comm.comm, stream_),
                    comm.comm, ctx(c));
     return Status::OK();
   }));
@@ -87,11 +96,18 @@ Status NcclTransport::allreduce(const Batch& batch, const std::string& c) {
     const BatchTensor& e = ts[0];
     const int64_t count = num_elements(r0.shape);
     if (count == 0) return Status::OK();
+    // Out of place without a prescale: NCCL reads the input and writes the output itself (one
+    // pass over the memory instead of a copy and then an in-place reduction).
+    const void* src = e.output.data;
     if (e.output.data != e.input.data || (fp && r0.prescale != 1.0)) {
-      cuda::CopyItem item{e.input.data, e.output.data, count};
-      HVD_KERNEL_CHECK(cuda::batched_copy_scale(&item, 1, r0.dtype, fp ? r0.prescale : 1.0, stream_), ctx(c));
+      if (fp && r0.prescale != 1.0) {
+        cuda::CopyItem item{e.input.data, e.output.data, count};
+        HVD_KERNEL_CHECK(cuda::batched_copy_scale(&item, 1, r0.dtype, r0.prescale, stream_), ctx(c));
+      } else {
+        src = e.input.data;
+      }
     }
-    HVD_RETURN_IF_ERROR(reduce_in_place(e.output.data, count, r0, c));
+    HVD_RETURN_IF_ERROR(reduce_in_place(e.output.data, count, r0, c, src));
     if (fp && post != 1.0) {
       HVD_KERNEL_CHECK(cuda::scale_in_place(e.output.data, count, r0.dtype, post, stream_), ctx(c));
     }

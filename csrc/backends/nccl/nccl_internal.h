@@ -132,13 +132,15 @@ class NcclTransport : public Transport {
   Status settle(Comm& comm, const std::string& c);
   Status wait_producers(const std::vector<BatchTensor>& ts, const std::string& c);
   Status ensure(void** buf, size_t* cap, size_t bytes, const std::string& c);
-  // The output of allgather/alltoall/reducescatter: from the installed CudaAllocator (for
-  // the producer's stream `user_stream`) or cudaMalloc; the stream then waits on user_stream.
+  // The output of allgather/alltoall/reducescatter: from the installed CudaAllocator or the
+  // transport's stream-ordered pool, for the producer's stream `user_stream`; the transport's
+  // stream then waits on user_stream.
   Status alloc_output(DataType dtype, Shape shape, void* user_stream, Tensor* out,
                       const std::string& c);
 
   Status allreduce(const Batch& b, const std::string& c);
-  Status reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c);
+  Status reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c,
+                         const void* src = nullptr);
   Status setup_hierarchical(const std::string& c);
   Status hierarchical_allreduce(void* buf, int64_t count, const Response& r, const std::string& c);
   Status allgather(const Response& r, const BatchTensor& t, TensorResult* out, const std::string& c);
@@ -175,6 +177,8 @@ class NcclTransport : public Transport {
   size_t host_cap_ = 0;
   void* fusion_ = nullptr;  // device fusion buffer
   size_t fusion_cap_ = 0;
+  cudaMemPool_t pool_ = nullptr;  // outputs without an installed allocator; never destroyed
+                                  // (results may outlive the transport)
   void* scratch_ = nullptr;  // device scratch (zeros for joined ranks, prescaled inputs)
   size_t scratch_cap_ = 0;
 

@@ -62,35 +62,49 @@ Status NcclTransport::alloc_output(DataType dtype, Shape shape, void* user_strea
   const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
   const int dev = device_;
   std::shared_ptr<void> mem;
+  const std::string what = ctx(c) + ", output of " + std::to_string(bytes) + " bytes";
+  cudaStream_t producer = user_stream ? static_cast<cudaStream_t>(user_stream) : cudaStreamLegacy;
   if (bytes > 0) {
     if (CudaAllocator alloc = installed_cuda_allocator()) {
-      const std::string what = ctx(c) + ", output of " + std::to_string(bytes) + " bytes";
       try {
         mem = alloc(bytes, dev, user_stream);
       } catch (const std::exception& e) {
         return Status::Backend("the CUDA allocator failed (" + what + "): " + e.what());
       }
       if (!mem) return Status::Backend("the CUDA allocator returned no memory (" + what + ")");
-      // The allocator may hand out memory freed by work still queued on user_stream (a
-      // stream-ordered cache): write it only after that work.
-      cudaStream_t producer = user_stream ? static_cast<cudaStream_t>(user_stream) : cudaStreamLegacy;
-      HVD_CUDA_CHECK(cudaEventRecord(producer_ev_, producer), what);
-      HVD_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_ev_, 0), what);
     } else {
+      // The library's own stream-ordered pool: allocated for the producer's stream (where the
+      // caller will use the result) and freed on it, without the device-wide synchronization
+      // of cudaFree. Freed memory stays in the pool for the next outputs.
+      if (!pool_) {
+        cudaMemPoolProps props{};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        HVD_CUDA_CHECK(cudaMemPoolCreate(&pool_, &props), what);
+        uint64_t keep = UINT64_MAX;
+        HVD_CUDA_CHECK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep), what);
+      }
       void* p = nullptr;
-      HVD_CUDA_CHECK(cudaMalloc(&p, bytes),
-                     ctx(c) + ", output of " + std::to_string(bytes) + " bytes");
-      mem = std::shared_ptr<void>(p, [dev](void* q) {
+      HVD_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, pool_, producer), what);
+      mem = std::shared_ptr<void>(p, [dev, producer](void* q) {
         // Freed from whichever thread drops the last copy of the result; errors (e.g. at
         // process exit, after the CUDA runtime unloaded) cannot be reported and are cleared.
         int prev = -1;
         if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess) {
-          (void)cudaFree(q);
+          if (cudaFreeAsync(q, producer) != cudaSuccess) {
+            (void)cudaGetLastError();
+            (void)cudaFree(q);  // e.g. the producer's stream is gone
+          }
           if (prev >= 0) (void)cudaSetDevice(prev);
         }
         (void)cudaGetLastError();
       });
     }
+    // Memory recycled from work still queued on the producer's stream (a stream-ordered
+    // allocator) is written only after that work.
+    HVD_CUDA_CHECK(cudaEventRecord(producer_ev_, producer), what);
+    HVD_CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_ev_, 0), what);
   }
   *out = Tensor::adopt(dtype, std::move(shape), Device::cuda(dev), std::move(mem));
   return Status::OK();
