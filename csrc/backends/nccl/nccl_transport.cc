@@ -17,8 +17,6 @@ namespace {
 // After an abort, how long the finalizer still waits for a batch's event before failing its
 // handles regardless (the aborted kernels normally end at once).
 constexpr auto kAfterAbortGrace = std::chrono::seconds(10);
-// How long the finalizer polls a batch's event without sleeping (see finalizer_loop).
-constexpr auto kSpinFor = std::chrono::milliseconds(2);
 
 }  // namespace
 
@@ -248,13 +246,10 @@ void NcclTransport::finalizer_loop() {
       done = true;
     }
     if (!done) {
-      // Small collectives finish within microseconds: poll without sleeping for the first
-      // kSpinFor of a batch (a sleep costs 50-100 us of latency per collective), then back off.
-      if (Clock::now() - p.start < kSpinFor) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      // Not a tighter poll: on the H100 a finalizer spinning on cudaEventQuery made small
+      // collectives slower (4 B allreduce 19 -> 27 us, 1000 tensors 1.6 -> 2.1 ms), the
+      // queries contending with the launches of the background thread.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
       lk.lock();
       continue;
     }
