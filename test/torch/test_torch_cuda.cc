@@ -146,6 +146,14 @@ bool identical_on_all_ranks(const at::Tensor& t, const std::string& name) {
   return ::torch::equal(root, t);
 }
 
+// Max |t - rank 0's t|: for results whose last bits may differ across ranks (the CUDA update
+// by a sparse gradient with repeated rows adds them with atomics, in no fixed order).
+double spread_from_root(const at::Tensor& t, const std::string& name) {
+  at::Tensor root = t.detach().clone().contiguous();
+  hvd::broadcast(name, hvd::torch::view(root), 0);
+  return (root - t).abs().max().item<double>();
+}
+
 // Bytes LibTorch's caching allocator has handed out on this rank's device.
 int64_t torch_allocated_bytes() {
   return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(g_device))
@@ -510,7 +518,8 @@ TEST_CASE("torch CUDA sparse Embedding: indices and values allgathered on the de
   }
   check_close(net.emb->weight, ref.emb->weight, 1e-5, 1e-6, "emb table");
   check_close(net.extra->weight, ref.extra->weight, 1e-5, 1e-6, "extra table");
-  CHECK(identical_on_all_ranks(flat_params(net), "cuda.sparse.identical"));
+  // Not bit-identical: SGD applies a sparse gradient's repeated rows with atomic adds.
+  CHECK(spread_from_root(flat_params(net), "cuda.sparse.identical") <= 1e-6);
 }
 
 // ---- broadcasts of modules and optimizer state ------------------------------------------------
