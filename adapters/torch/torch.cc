@@ -129,9 +129,10 @@ static c10::ScalarType to_torch_dtype(DataType t) {
 TensorView view(const at::Tensor& t) {
   if (!t.defined()) throw InvalidArgumentError("horovod_cpp: undefined tensor");
   if (t.is_sparse()) throw InvalidArgumentError("horovod_cpp: view() of a sparse tensor");
-  const std::string what = "a tensor of shape " + sizes_str(t) + " on " + t.device().str();
+  // Built only for an error: view() runs once per tensor per step.
+  auto what = [&t] { return "a tensor of shape " + sizes_str(t) + " on " + t.device().str(); };
   if (!t.device().is_cpu() && !t.device().is_cuda()) {
-    throw InvalidArgumentError("horovod_cpp: view() of " + what +
+    throw InvalidArgumentError("horovod_cpp: view() of " + what() +
                                ": only CPU and CUDA tensors are supported");
   }
   if (!t.is_contiguous()) throw InvalidArgumentError("horovod_cpp: view() of a non-contiguous tensor");
@@ -146,7 +147,7 @@ TensorView view(const at::Tensor& t) {
     // (the kernels that produced the data), so the caller need not synchronize.
     v.stream = static_cast<void*>(c10::cuda::getCurrentCUDAStream(index).stream());
 #else
-    throw_no_cuda("view()", what);
+    throw_no_cuda("view()", what());
 #endif
   }
   return v;

@@ -9,24 +9,15 @@
 #include <vector>
 
 #include "horovod_cpp/torch.h"
+#include "torch_test_util.h"
 
 namespace {
 
 constexpr std::chrono::milliseconds kTimeout(60000);
 
-struct Session {
-  Session() {
-    ::torch::set_num_threads(1);
-    hvd::init();
-  }
-  ~Session() { hvd::shutdown(); }
-};
+using hvdtorchtest::Session;
 
-hvd::DistributedOptions dist_opts() {
-  hvd::DistributedOptions o;
-  o.timeout = kTimeout;
-  return o;
-}
+hvd::DistributedOptions dist_opts() { return hvdtorchtest::dist_opts_with(kTimeout); }
 
 // A small MLP whose initial weights depend on `seed` only.
 ::torch::nn::Sequential make_mlp(uint64_t seed) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "horovod_cpp/torch.h"
+#include "torch_test_util.h"
 
 namespace {
 
@@ -90,19 +91,9 @@ at::Device dev() {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(g_device));
 }
 
-struct Session {
-  Session() {
-    ::torch::set_num_threads(1);
-    hvd::init();
-  }
-  ~Session() { hvd::shutdown(); }
-};
+using hvdtorchtest::Session;
 
-hvd::DistributedOptions dist_opts() {
-  hvd::DistributedOptions o;
-  o.timeout = kTimeout;
-  return o;
-}
+hvd::DistributedOptions dist_opts() { return hvdtorchtest::dist_opts_with(kTimeout); }
 
 // Integers in [-8, 8] on the host, seeded by (seed, rank r): sums over a few ranks are exact in
 // float16 and float32.

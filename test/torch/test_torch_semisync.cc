@@ -10,18 +10,13 @@
 #include <vector>
 
 #include "horovod_cpp/torch.h"
+#include "torch_test_util.h"
 
 namespace {
 
 constexpr std::chrono::milliseconds kTimeout(60000);
 
-struct Session {
-  Session() {
-    ::torch::set_num_threads(1);
-    hvd::init();
-  }
-  ~Session() { hvd::shutdown(); }
-};
+using hvdtorchtest::Session;
 
 ::torch::nn::Sequential model() {
   ::torch::manual_seed(11);
