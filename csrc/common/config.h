@@ -43,11 +43,10 @@ struct Config {
   /// HOROVOD_CPP_SHM (default 1): CPU allreduces among ranks of one host go through shared
   /// memory; 0 forces MPI.
   bool shm_enabled = true;
-  /// HOROVOD_CPP_SHM_MIN_BYTES (default 32 KiB): smaller allreduces and reducescatters use
-  /// MPI. (Shared memory is faster there too, but with 3+ ranks its summation order depends on
-  /// where an element lies in a fused batch: not bitwise reproducible across runs that fuse
-  /// differently; kept for larger batches as before until the order is canonical.)
-  int64_t shm_min_bytes = 32 * 1024;
+  /// HOROVOD_CPP_SHM_MIN_BYTES (default 0): smaller allreduces and reducescatters use MPI.
+  /// Shared memory is faster at every size, and sums every element in rank order wherever
+  /// it lies in a fused batch (bitwise-reproducible results across runs that fuse differently).
+  int64_t shm_min_bytes = 0;
   /// HOROVOD_CPP_SHM_CHUNK_BYTES (default 1 MiB): bytes per pipelined shared-memory step.
   int64_t shm_chunk_bytes = 1024 * 1024;
   /// HOROVOD_CPP_SHM_SINGLE_COPY_BYTES (default 256 KiB; 0 = never): allgather and

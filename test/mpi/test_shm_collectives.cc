@@ -2,6 +2,7 @@
 // shared-memory segment (reducescatter through shm, 1 MiB chunks by default), odd sizes,
 // uneven blocks, prescale and postscale, every reducing dtype, a process set that is a subset,
 // and allgather / alltoall results of cached sizes (common/buffer_cache.h) checked on reuse.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -209,6 +210,84 @@ TEST_CASE("broadcast, allgather and alltoall at every size class, uneven blocks"
       for (int64_t j = 0; j < split(r, me) * cols; ++j) bad += res.output.data_as<int32_t>()[at + j] != val(r, me * 100 + j, step);
       at += split(r, me) * cols;
     }
+    CHECK(bad == 0);
+  }
+}
+
+namespace {
+
+// Rank r's element i: magnitudes 2^-12 .. 2^11 and both signs, so a float sum depends on the
+// order it is taken in.
+float spread(int r, int64_t i) {
+  const int e = static_cast<int>((i * 5 + r * 3) % 24) - 12;
+  const float m = 1.0f + static_cast<float>((i * 13 + r * 7) % 1000) / 1024.0f;
+  return ((i + r) % 3 == 0 ? -1.0f : 1.0f) * std::ldexp(m, e);
+}
+
+// The rank-order fold ((x0 + x1) + x2) ... of element i, in float.
+float fold(int n, int64_t i) {
+  float acc = spread(0, i);
+  for (int r = 1; r < n; ++r) acc += spread(r, i);
+  return acc;
+}
+
+// Shared memory (on by default; the suite's variants run on one host) reduces in rank order.
+bool shm_reduces() {
+  const char* v = std::getenv("HOROVOD_CPP_SHM");
+  return v == nullptr || std::string(v) != "0";
+}
+
+}  // namespace
+
+TEST_CASE("sums are taken in rank order wherever an element lies in a fused batch",
+          "[allreduce][reducescatter][shm]") {
+  // A run resumed from a checkpoint fuses differently from an uninterrupted one; its results
+  // must be bitwise the same (test_torch_semisync.py checks that end to end at np 3).
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  const bool exact = shm_reduces();
+  for (int64_t len : {int64_t{5}, int64_t{4099}, int64_t{300007}}) {
+    // The same values alone and behind prefixes of several lengths: each element lands in a
+    // different rank's share of the batch.
+    for (int64_t prefix : {int64_t{0}, int64_t{1}, int64_t{len / 3 + 1}, int64_t{len + 7}}) {
+      std::vector<float> pre(static_cast<size_t>(prefix), 1.0f), x(static_cast<size_t>(len));
+      for (int64_t i = 0; i < len; ++i) x[static_cast<size_t>(i)] = spread(me, i);
+      const std::string tag = std::to_string(len) + "." + std::to_string(prefix);
+      hvd::AllreduceOptions o;
+      o.op = ReduceOp::kSum;
+      if (prefix == 0) {
+        hvd::allreduce("order.ar." + tag, hvd::TensorView(x.data(), DataType::kFloat32, {len}), o);
+      } else {
+        hvd::grouped_allreduce({"order.pre." + tag, "order.ar." + tag},
+                               {hvd::TensorView(pre.data(), DataType::kFloat32, {prefix}),
+                                hvd::TensorView(x.data(), DataType::kFloat32, {len})},
+                               o);
+      }
+      int64_t bad = 0;
+      for (int64_t i = 0; i < len; ++i) {
+        const float want = fold(n, i), got = x[static_cast<size_t>(i)];
+        bad += exact ? std::memcmp(&want, &got, sizeof want) != 0
+                     : std::fabs(got - want) > 1e-3f * std::max(1.0f, std::fabs(want));
+      }
+      for (float v : pre) bad += v != static_cast<float>(n);
+      INFO("allreduce of " << len << " floats behind " << prefix << " (bitwise: " << exact << ")");
+      CHECK(bad == 0);
+    }
+    // Reducescatter: my block of the rank-order fold.
+    std::vector<float> all(static_cast<size_t>(len * n));
+    for (int64_t i = 0; i < len * n; ++i) all[static_cast<size_t>(i)] = spread(me, i);
+    hvd::ReducescatterOptions ro;
+    ro.op = ReduceOp::kSum;
+    hvd::Tensor out = hvd::reducescatter("order.rs." + std::to_string(len),
+                                         hvd::TensorView(all.data(), DataType::kFloat32, {len * n}), ro);
+    REQUIRE(out.shape() == std::vector<int64_t>{len});
+    int64_t bad = 0;
+    for (int64_t i = 0; i < len; ++i) {
+      const float want = fold(n, me * len + i), got = out.data_as<float>()[i];
+      bad += exact ? std::memcmp(&want, &got, sizeof want) != 0
+                   : std::fabs(got - want) > 1e-3f * std::max(1.0f, std::fabs(want));
+    }
+    INFO("reducescatter of " << len << " floats per rank (bitwise: " << exact << ")");
     CHECK(bad == 0);
   }
 }

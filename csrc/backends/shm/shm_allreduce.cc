@@ -282,17 +282,24 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
     header(me)->counter[kPublished].store(s + 1, std::memory_order_release);
     HVD_RETURN_IF_ERROR(wait_all(kPublished, s + 1));
 
-    // 2. reduce my share in my buffer, finish it, and publish the result in my slot
+    // 2. reduce my share in rank order, finish it, and publish the result in my slot. Every
+    // element is folded as ((x0 op x1) op x2) ... whichever rank owns it, so a value does not
+    // depend on its place in a fused batch (bitwise-reproducible resumption, tested at np 3).
+    // Rank 0 folds in its buffer; any other rank in its slot's own share (unused by step 1),
+    // starting from rank 0's contribution.
     pieces.each(share_lo(me), share_lo(me + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
-      for (int j = 0; j < n; ++j) {
-        if (j != me) reduce_into(p, slot(j, which) + (off - base) * esize, cnt, dtype, op);
+      const size_t bytes = static_cast<size_t>(cnt * esize);
+      unsigned char* acc = me == 0 ? p : mine + (off - base) * esize;
+      if (me != 0) std::memcpy(acc, slot(0, which) + (off - base) * esize, bytes);
+      for (int j = 1; j < n; ++j) {
+        reduce_into(acc, j == me ? p : slot(j, which) + (off - base) * esize, cnt, dtype, op);
       }
       if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
-        scale_buffer(p, cnt, dtype, scale);
+        scale_buffer(acc, cnt, dtype, scale);
       } else if (divide) {
-        divide_integers(p, cnt, dtype, divisor);
+        divide_integers(acc, cnt, dtype, divisor);
       }
-      std::memcpy(mine + (off - base) * esize, p, static_cast<size_t>(cnt * esize));
+      std::memcpy(me == 0 ? mine + (off - base) * esize : p, acc, bytes);
     });
     header(me)->counter[kReduced].store(s + 1, std::memory_order_release);
     HVD_RETURN_IF_ERROR(wait_all(kReduced, s + 1));

@@ -52,14 +52,19 @@ Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<
     signal(kPublished, s + 1);
     HVD_RETURN_IF_ERROR(wait_all(kPublished, s + 1));
 
-    // 2. my piece: my own prescaled input, then every peer's contribution, then finish
+    // 2. my piece, folded in rank order ((x0 op x1) op x2) ... like the shm allreduce, so a
+    // value does not depend on which rank owns it. My own prescaled input waits in my slot's
+    // own piece (unused by step 1) unless I am rank 0 and start the fold with it.
     const int64_t cnt = piece(me, lo);
     if (cnt > 0) {
+      const size_t bytes = static_cast<size_t>(cnt * esize);
       unsigned char* p = dst + lo * esize;
-      std::memcpy(p, src + (offset[static_cast<size_t>(me)] + lo) * esize, static_cast<size_t>(cnt * esize));
-      scale_buffer(p, cnt, dtype, prescale);
-      for (int j = 0; j < n; ++j) {
-        if (j != me) reduce_into(p, slot(j, which) + me * per * esize, cnt, dtype, op);
+      unsigned char* own = me == 0 ? p : mine + me * per * esize;
+      std::memcpy(own, src + (offset[static_cast<size_t>(me)] + lo) * esize, bytes);
+      scale_buffer(own, cnt, dtype, prescale);  // no-op for 1
+      if (me != 0) std::memcpy(p, slot(0, which) + me * per * esize, bytes);
+      for (int j = 1; j < n; ++j) {
+        reduce_into(p, j == me ? own : slot(j, which) + me * per * esize, cnt, dtype, op);
       }
       if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
         scale_buffer(p, cnt, dtype, scale);
