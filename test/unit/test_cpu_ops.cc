@@ -275,3 +275,53 @@ TEST_CASE("divide_integers truncates toward zero", "[cpu_ops]") {
     }
   }
 }
+
+TEST_CASE("reduce_to equals a copy then reduce_into, inputs untouched, every dtype and op",
+          "[cpu_ops]") {
+  const DataType dtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,
+                             DataType::kInt32,   DataType::kInt64,   DataType::kFloat16,
+                             DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
+                             DataType::kBool};
+  std::mt19937 rng(5);
+  const int64_t n = 1031;  // not a multiple of any vector width nor of the half-type block
+  for (DataType dt : dtypes) {
+    const size_t bytes = static_cast<size_t>(n) * dtype_size(dt);
+    std::vector<unsigned char> a(bytes), b(bytes);
+    // Random bytes, made finite for floats (sign and a small exponent per element).
+    for (size_t i = 0; i < bytes; ++i) {
+      a[i] = static_cast<unsigned char>(rng());
+      b[i] = static_cast<unsigned char>(rng());
+    }
+    auto tame = [&](std::vector<unsigned char>& v) {
+      for (int64_t i = 0; i < n; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        if (dt == DataType::kFloat32) {
+          float f = std::ldexp(1.0f + static_cast<float>(v[k * 4] % 100) / 128.0f, v[k * 4 + 1] % 16 - 8);
+          std::memcpy(&v[k * 4], &f, 4);
+        } else if (dt == DataType::kFloat64) {
+          double f = std::ldexp(1.0 + static_cast<double>(v[k * 8] % 100) / 128.0, v[k * 8 + 1] % 16 - 8);
+          std::memcpy(&v[k * 8], &f, 8);
+        } else if (dt == DataType::kFloat16 || dt == DataType::kBFloat16) {
+          v[k * 2 + 1] = static_cast<unsigned char>((v[k * 2 + 1] & 0x83) | 0x30);  // exponent mid-range
+        } else if (dt == DataType::kBool) {
+          v[k] = v[k] & 1;
+        }
+      }
+    };
+    tame(a);
+    tame(b);
+    const auto a0 = a, b0 = b;
+    for (ReduceOp op : kOps) {
+      INFO(dtype_name(dt) << " " << reduce_op_name(op));
+      std::vector<unsigned char> want = a, got(bytes, 0xEE);
+      reduce_into(want.data(), b.data(), n, dt, op);
+      reduce_to(got.data(), a.data(), b.data(), n, dt, op);
+      CHECK(got == want);
+      CHECK(a == a0);
+      CHECK(b == b0);
+      std::vector<unsigned char> inplace = a;  // out == a is allowed
+      reduce_to(inplace.data(), inplace.data(), b.data(), n, dt, op);
+      CHECK(inplace == want);
+    }
+  }
+}

@@ -11,9 +11,17 @@
 namespace hvd {
 namespace {
 
+// out[i] = op(a[i], b[i]); `out` may be `a` (in place) but neither may overlap `b`.
 template <typename T, typename Op>
-void apply(T* __restrict a, const T* __restrict b, int64_t n, Op op) {
-  for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], b[i]);
+void apply(T* out, const T* a, const T* __restrict b, int64_t n, Op op) {
+  if (out == a) {
+    T* __restrict io = out;
+    for (int64_t i = 0; i < n; ++i) io[i] = op(io[i], b[i]);
+  } else {
+    T* __restrict o = out;
+    const T* __restrict x = a;
+    for (int64_t i = 0; i < n; ++i) o[i] = op(x[i], b[i]);
+  }
 }
 
 // Integer sums and products wrap around (two's complement), like MPI's; computed in the
@@ -39,19 +47,19 @@ inline T wrap_mul(T x, T y) {
 }
 
 template <typename T>
-void reduce_typed(T* a, const T* b, int64_t n, ReduceOp op) {
+void reduce_typed(T* out, const T* a, const T* b, int64_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: apply(a, b, n, [](T x, T y) { return wrap_add(x, y); }); break;
-    case ReduceOp::kMin: apply(a, b, n, [](T x, T y) { return std::min(x, y); }); break;
-    case ReduceOp::kMax: apply(a, b, n, [](T x, T y) { return std::max(x, y); }); break;
-    case ReduceOp::kProduct: apply(a, b, n, [](T x, T y) { return wrap_mul(x, y); }); break;
+    case ReduceOp::kAverage: apply(out, a, b, n, [](T x, T y) { return wrap_add(x, y); }); break;
+    case ReduceOp::kMin: apply(out, a, b, n, [](T x, T y) { return std::min(x, y); }); break;
+    case ReduceOp::kMax: apply(out, a, b, n, [](T x, T y) { return std::max(x, y); }); break;
+    case ReduceOp::kProduct: apply(out, a, b, n, [](T x, T y) { return wrap_mul(x, y); }); break;
   }
 }
 
 // Half types: convert, reduce in float, round back. Blocked so the float staging stays in L1.
 template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
-void reduce_half(uint16_t* a, const uint16_t* b, int64_t n, ReduceOp op) {
+void reduce_half(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n, ReduceOp op) {
   constexpr int64_t kBlock = 256;
   float fa[kBlock], fb[kBlock];
   for (int64_t base = 0; base < n; base += kBlock) {
@@ -60,39 +68,52 @@ void reduce_half(uint16_t* a, const uint16_t* b, int64_t n, ReduceOp op) {
       fa[i] = ToF(a[base + i]);
       fb[i] = ToF(b[base + i]);
     }
-    reduce_typed(fa, fb, m, op);
-    for (int64_t i = 0; i < m; ++i) a[base + i] = FromF(fa[i]);
+    reduce_typed(fa, fa, fb, m, op);
+    for (int64_t i = 0; i < m; ++i) out[base + i] = FromF(fa[i]);
   }
 }
 
-void reduce_bool(uint8_t* a, const uint8_t* b, int64_t n, ReduceOp op) {
+void reduce_bool(uint8_t* out, const uint8_t* a, const uint8_t* b, int64_t n, ReduceOp op) {
   // Sum and Max are logical or; Product and Min are logical and.
   if (op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kAverage) {
-    apply(a, b, n, [](uint8_t x, uint8_t y) { return static_cast<uint8_t>((x | y) != 0); });
+    apply(out, a, b, n, [](uint8_t x, uint8_t y) { return static_cast<uint8_t>((x | y) != 0); });
   } else {
-    apply(a, b, n, [](uint8_t x, uint8_t y) { return static_cast<uint8_t>(x && y); });
+    apply(out, a, b, n, [](uint8_t x, uint8_t y) { return static_cast<uint8_t>(x && y); });
   }
 }
 
 }  // namespace
 
-void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op) {
+void reduce_to(void* out, const void* a, const void* b, int64_t n, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::kUInt8: reduce_typed(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), n, op); break;
-    case DataType::kInt8: reduce_typed(static_cast<int8_t*>(inout), static_cast<const int8_t*>(in), n, op); break;
-    case DataType::kInt16: reduce_typed(static_cast<int16_t*>(inout), static_cast<const int16_t*>(in), n, op); break;
-    case DataType::kInt32: reduce_typed(static_cast<int32_t*>(inout), static_cast<const int32_t*>(in), n, op); break;
-    case DataType::kInt64: reduce_typed(static_cast<int64_t*>(inout), static_cast<const int64_t*>(in), n, op); break;
-    case DataType::kFloat32: reduce_typed(static_cast<float*>(inout), static_cast<const float*>(in), n, op); break;
-    case DataType::kFloat64: reduce_typed(static_cast<double*>(inout), static_cast<const double*>(in), n, op); break;
+#define HVD_REDUCE_CASE(K, T)                                                                      \
+  case DataType::K:                                                                               \
+    reduce_typed(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n, op); \
+    break;
+    HVD_REDUCE_CASE(kUInt8, uint8_t)
+    HVD_REDUCE_CASE(kInt8, int8_t)
+    HVD_REDUCE_CASE(kInt16, int16_t)
+    HVD_REDUCE_CASE(kInt32, int32_t)
+    HVD_REDUCE_CASE(kInt64, int64_t)
+    HVD_REDUCE_CASE(kFloat32, float)
+    HVD_REDUCE_CASE(kFloat64, double)
+#undef HVD_REDUCE_CASE
     case DataType::kFloat16:
-      reduce_half<fp16_to_float, float_to_fp16>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
+      reduce_half<fp16_to_float, float_to_fp16>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+                                                static_cast<const uint16_t*>(b), n, op);
       break;
     case DataType::kBFloat16:
-      reduce_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
+      reduce_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+                                                static_cast<const uint16_t*>(b), n, op);
       break;
-    case DataType::kBool: reduce_bool(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), n, op); break;
+    case DataType::kBool:
+      reduce_bool(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n, op);
+      break;
   }
+}
+
+void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op) {
+  reduce_to(inout, inout, in, n, dtype, op);
 }
 
 namespace {

@@ -11,6 +11,10 @@ namespace hvd {
 /// inout[i] = op(inout[i], in[i]) for n elements. Average reduces like Sum.
 void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op);
 
+/// out[i] = op(a[i], b[i]) for n elements: one pass where a copy and reduce_into take two.
+/// `out` may be `a`; `b` must not overlap `out`.
+void reduce_to(void* out, const void* a, const void* b, int64_t n, DataType dtype, ReduceOp op);
+
 /// data[i] *= factor: float32 and the half types in float, float64 in double, integers in
 /// double truncated toward zero (Horovod's rule for pre/postscale on integer tensors). Bool
 /// tensors are left alone (they take no scale factors).

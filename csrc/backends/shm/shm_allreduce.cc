@@ -71,6 +71,15 @@ class Pieces {
   mutable size_t cursor_ = 0;
 };
 
+// Finishes reduced elements in place: Average and postscale.
+void finish(void* p, int64_t cnt, DataType dtype, double scale, int64_t divisor) {
+  if (is_floating_point(dtype) || scale != 1.0) {  // integers only when a postscale asked for it
+    scale_buffer(p, cnt, dtype, scale);
+  } else if (dtype != DataType::kBool && divisor > 1) {
+    divide_integers(p, cnt, dtype, divisor);
+  }
+}
+
 }  // namespace
 
 // One per rank, at the start of its segment. alignas applies to the array, not to each
@@ -252,15 +261,44 @@ Status ShmAllreduce::read_peer(int r, int64_t offset, void* out, int64_t bytes) 
                          std::to_string(r) + "'s buffer (process_vm_readv): " + std::strerror(e));
 }
 
+
+Status ShmAllreduce::allreduce_whole(const std::vector<Segment>& segs, DataType dtype,
+                                     ReduceOp op, double scale, int64_t divisor) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const Pieces pieces(segs, esize);
+  const uint64_t s = step_++;
+  const int which = static_cast<int>(s % 2);
+  if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
+  unsigned char* mine = slot(rank_, which);
+  pieces.each(0, pieces.total(), [&](unsigned char* p, int64_t cnt, int64_t off) {
+    std::memcpy(mine + off * esize, p, static_cast<size_t>(cnt * esize));
+  });
+  signal(kPublished, s + 1);
+  HVD_RETURN_IF_ERROR(wait_all(kPublished, s + 1));
+  // Every rank folds every element in rank order from the slots (its own included), so every
+  // rank gets the same bits, and the same as the chunked path's.
+  pieces.each(0, pieces.total(), [&](unsigned char* p, int64_t cnt, int64_t off) {
+    const int64_t at = off * esize;
+    reduce_to(p, slot(0, which) + at, slot(1, which) + at, cnt, dtype, op);
+    for (int j = 2; j < size_; ++j) reduce_into(p, slot(j, which) + at, cnt, dtype, op);
+    finish(p, cnt, dtype, scale, divisor);
+  });
+  signal(kReduced, s + 1);
+  signal(kCollected, s + 1);  // done reading the peers' slots of this round
+  return Status::OK();
+}
+
 Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,
                                double scale, int64_t divisor) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const Pieces pieces(segs, esize);
   const int64_t total = pieces.total();
+  if (total > 0 && total * esize <= std::min(kWholeBytes, chunk_bytes_)) {
+    return allreduce_whole(segs, dtype, op, scale, divisor);
+  }
   const int64_t chunk = std::max<int64_t>(size_, chunk_bytes_ / esize);
-  const bool fp = is_floating_point(dtype);
-  const bool divide = !fp && dtype != DataType::kBool && divisor > 1;
   const int n = size_, me = rank_;
+  const bool commutes = op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kProduct;
 
   for (int64_t base = 0; base < total; base += chunk) {
     const int64_t len = std::min(chunk, total - base);
@@ -285,21 +323,19 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
     // 2. reduce my share in rank order, finish it, and publish the result in my slot. Every
     // element is folded as ((x0 op x1) op x2) ... whichever rank owns it, so a value does not
     // depend on its place in a fused batch (bitwise-reproducible resumption, tested at np 3).
-    // Rank 0 folds in its buffer; any other rank in its slot's own share (unused by step 1),
-    // starting from rank 0's contribution.
+    // Ranks 0 and 1 fold in their buffer (x1 op x0 is x0 op x1 bit for bit where op commutes:
+    // sums and products; not min/max, which keep the first of equal-comparing values);
+    // any other rank folds in its slot's own share (unused by step 1), starting with x0 op x1
+    // in one pass: n - 1 reductions and a copy either way.
+    const bool in_buffer = me == 0 || (me == 1 && commutes);
     pieces.each(share_lo(me), share_lo(me + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
-      const size_t bytes = static_cast<size_t>(cnt * esize);
-      unsigned char* acc = me == 0 ? p : mine + (off - base) * esize;
-      if (me != 0) std::memcpy(acc, slot(0, which) + (off - base) * esize, bytes);
-      for (int j = 1; j < n; ++j) {
-        reduce_into(acc, j == me ? p : slot(j, which) + (off - base) * esize, cnt, dtype, op);
-      }
-      if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
-        scale_buffer(acc, cnt, dtype, scale);
-      } else if (divide) {
-        divide_integers(acc, cnt, dtype, divisor);
-      }
-      std::memcpy(me == 0 ? mine + (off - base) * esize : p, acc, bytes);
+      const int64_t at = (off - base) * esize;
+      auto x = [&](int j) -> const unsigned char* { return j == me ? p : slot(j, which) + at; };
+      unsigned char* acc = in_buffer ? p : mine + at;
+      reduce_to(acc, in_buffer ? p : x(0), in_buffer ? x(1 - me) : x(1), cnt, dtype, op);
+      for (int j = 2; j < n; ++j) reduce_into(acc, x(j), cnt, dtype, op);
+      finish(acc, cnt, dtype, scale, divisor);
+      std::memcpy(in_buffer ? mine + at : p, acc, static_cast<size_t>(cnt * esize));
     });
     header(me)->counter[kReduced].store(s + 1, std::memory_order_release);
     HVD_RETURN_IF_ERROR(wait_all(kReduced, s + 1));

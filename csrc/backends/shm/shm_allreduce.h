@@ -65,8 +65,11 @@ class ShmAllreduce {
   /// multiplies floating-point results by `scale` and divides integer results by `divisor`
   /// (when > 1, truncating), as Average and postscale need; integer results are multiplied
   /// by `scale` (in double, truncated) instead when it is not 1.
+  /// Vectors of at most kWholeBytes (and one slot) take one round with a single wait instead:
+  /// every rank publishes its whole vector and folds all of them itself.
   Status allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op, double scale,
                    int64_t divisor);
+  static constexpr int64_t kWholeBytes = 16 * 1024;
 
   /// Reduce-scatter (shm_reducescatter.cc): `in` is the concatenation of every rank's block
   /// (`counts[r]` elements each, the same on every rank); this rank's reduced block goes to
@@ -115,6 +118,9 @@ class ShmAllreduce {
   Status read_round(const void* in, const std::vector<int64_t>& from,
                     const std::vector<int64_t>& bytes, unsigned char* out,
                     const std::vector<int64_t>& at);
+  /// allreduce() of a vector that fits a slot, in one round: publish it whole, wait, fold.
+  Status allreduce_whole(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,
+                         double scale, int64_t divisor);
   bool use_single_copy(int64_t block_bytes) const {
     return single_copy_min_ >= 0 && block_bytes >= single_copy_min_;
   }

@@ -53,19 +53,21 @@ Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<
     HVD_RETURN_IF_ERROR(wait_all(kPublished, s + 1));
 
     // 2. my piece, folded in rank order ((x0 op x1) op x2) ... like the shm allreduce, so a
-    // value does not depend on which rank owns it. My own prescaled input waits in my slot's
-    // own piece (unused by step 1) unless I am rank 0 and start the fold with it.
+    // value does not depend on which rank owns it. My own input is read where it lies, or,
+    // prescaled, from my slot's own piece (unused by step 1).
     const int64_t cnt = piece(me, lo);
     if (cnt > 0) {
-      const size_t bytes = static_cast<size_t>(cnt * esize);
       unsigned char* p = dst + lo * esize;
-      unsigned char* own = me == 0 ? p : mine + me * per * esize;
-      std::memcpy(own, src + (offset[static_cast<size_t>(me)] + lo) * esize, bytes);
-      scale_buffer(own, cnt, dtype, prescale);  // no-op for 1
-      if (me != 0) std::memcpy(p, slot(0, which) + me * per * esize, bytes);
-      for (int j = 1; j < n; ++j) {
-        reduce_into(p, j == me ? own : slot(j, which) + me * per * esize, cnt, dtype, op);
+      const unsigned char* own = src + (offset[static_cast<size_t>(me)] + lo) * esize;
+      if (prescale != 1.0) {
+        unsigned char* scaled = mine + me * per * esize;
+        std::memcpy(scaled, own, static_cast<size_t>(cnt * esize));
+        scale_buffer(scaled, cnt, dtype, prescale);
+        own = scaled;
       }
+      auto x = [&](int j) -> const unsigned char* { return j == me ? own : slot(j, which) + me * per * esize; };
+      reduce_to(p, x(0), x(1), cnt, dtype, op);  // a segment set has >= 2 ranks (shm_setup.cc)
+      for (int j = 2; j < n; ++j) reduce_into(p, x(j), cnt, dtype, op);
       if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
         scale_buffer(p, cnt, dtype, scale);
       } else if (divide) {
