@@ -12,7 +12,10 @@
 //   3. collect: rank r copies every peer's reduced share from the peer's slot to its buffer.
 // Two slots alternate, so chunk k+1 is published while peers still collect chunk k. Per byte
 // each rank moves (n-1)/n in, reduces 1/n with n reads, and moves (n-1)/n out: on this kind of
-// machine, about half the memory traffic of MPI's shared-memory transport.
+// machine, about half the memory traffic of MPI's shared-memory transport. Vectors of at most
+// kWholeBytes take one round with one wait: each rank publishes its whole vector and folds all.
+// Every element is folded in rank order, ((x0 op x1) op x2) ..., on either path and whoever
+// owns it, so its value does not depend on its place in a fused batch.
 //
 // Background thread only. Waits spin briefly (yielding only where ranks outnumber cores),
 // then sleep; a peer that does not arrive within the deadline turns into an error, never a
