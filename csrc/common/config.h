@@ -57,6 +57,15 @@ struct Config {
   /// HOROVOD_CPP_SHM_GATHER_MAX_BYTES (default 256 KiB): where single copies are impossible,
   /// broadcasts, allgathers and alltoalls of more bytes per rank than this use MPI.
   int64_t shm_gather_max_bytes = 256 * 1024;
+  /// HOROVOD_CPP_SHM_HIERARCHICAL (default 1): CPU collectives of a set that spans hosts with
+  /// the same number (>= 2) of its ranks on each run through backends/hier/: allreduces as a
+  /// shared-memory reduce-scatter on each host, an MPI allreduce of each share across hosts
+  /// and a shared-memory allgather; other collectives over MPI. 0: plain MPI.
+  bool shm_hierarchical = true;
+  /// HOROVOD_CPP_TEST_RANKS_PER_HOST (default 0, testing only): treat every run of this many
+  /// consecutive global ranks as one host when choosing CPU transports, so that the paths
+  /// for sets spanning hosts run (and are tested) on one machine.
+  int64_t test_ranks_per_host = 0;
   /// HOROVOD_CPP_BUFFER_CACHE_BYTES (default 256 MiB, 0 = off): the most bytes of released
   /// result tensors (from 256 KiB up) kept mapped for reuse (common/buffer_cache.h).
   int64_t buffer_cache_bytes = 256ll * 1024 * 1024;

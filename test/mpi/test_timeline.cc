@@ -112,7 +112,7 @@ TEST_CASE("timeline: start_timeline / stop_timeline at run time", "[timeline]") 
     nlohmann::json events;
     REQUIRE_NOTHROW(events = read_json(path));
     const auto p = phases_of(events, "tl.rt");
-    CHECK(p.count("MPI_allreduce") + p.count("SHM_ALLREDUCE") == 1);  // whichever path ran
+    CHECK(p.count("MPI_allreduce") + p.count("SHM_ALLREDUCE") + p.count("HIER_allreduce") == 1);  // whichever path ran
     CHECK(p.count("NEGOTIATE") == 1);
     CHECK(phases_of(events, "tl.after_stop").empty());
     std::remove(path.c_str());

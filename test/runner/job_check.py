@@ -4,7 +4,8 @@ Run by hvdrun in the launcher tests and the multi-host test:
     hvdrun -np 4 -H h1:2,h2:2 python job_check.py --local-size 2 --cross-size 2
 Each rank checks its topology against what the host list implies (ranks are placed slot by
 slot), that ranks on one host share a host name and ranks on different hosts do not, and the
-values of an allreduce, allgather and broadcast computed independently from rank-seeded data.
+values of allreduces (one, a fused group, integers), an allgather and a broadcast computed
+independently from rank-seeded data.
 All ranks agree on the verdict; rank 0 prints "JOB_CHECK OK" and every rank exits 0, or every
 rank exits 1.
 """
@@ -57,6 +58,18 @@ def main():
     want = np.arange(1000, dtype=np.float64) * (n * (n + 1) / 2)
     if not np.array_equal(got, want):
         errors.append(f"rank {r}: allreduce differs at {np.flatnonzero(got != want)[:5]}")
+    # A fused group across hosts (where a host holds several ranks: the hierarchical path),
+    # Average, with members shorter than the ranks per host and one of several shm rounds.
+    group = [(np.arange(k, dtype=np.float64) % 13) * (r + 1) for k in (1, 3, 70001)]
+    got = hvd.grouped_allreduce(group, op=hvd.Average, name="check.group")
+    for k, (t, g_) in enumerate(zip(group, got)):
+        want = (np.arange(t.size, dtype=np.float64) % 13) * ((n + 1) / 2)
+        if not np.allclose(g_, want, rtol=1e-12, atol=0):
+            errors.append(f"rank {r}: grouped allreduce member {k} differs at "
+                          f"{np.flatnonzero(g_ != want)[:5]}")
+    i = hvd.allreduce(np.arange(5, dtype=np.int32) + r, op=hvd.Sum, name="check.int")
+    if not np.array_equal(i, np.arange(5, dtype=np.int32) * n + n * (n - 1) // 2):
+        errors.append(f"rank {r}: int32 allreduce gave {i}")
     g = hvd.allgather(np.full((r + 1, 3), r, dtype=np.int32), name="check.gather")
     want_g = np.concatenate([np.full((q + 1, 3), q, dtype=np.int32) for q in range(n)])
     if not np.array_equal(g, want_g):

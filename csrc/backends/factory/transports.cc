@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "backends/factory/transports.h"
 
+#include "backends/hier/hier_transport.h"
 #include "backends/mpi/mpi_transport.h"
 #include "backends/shm/shm_transport.h"
 #include "horovod_cpp_build_config.h"
@@ -11,7 +12,8 @@
 namespace hvd {
 
 void register_transports(const TransportContext& ctx, TransportRegistry* registry) {
-  registry->add(make_shm_transport(ctx));   // CPU allreduces on one host, large enough
+  registry->add(make_shm_transport(ctx));   // CPU collectives on one host
+  registry->add(make_hier_transport(ctx));  // CPU collectives of sets spanning hosts
   registry->add(make_mpi_transport(ctx));   // every CPU collective
 #if HOROVOD_CPP_HAVE_NCCL
   registry->add(make_nccl_transport(ctx));  // CUDA tensors

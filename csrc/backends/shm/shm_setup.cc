@@ -25,8 +25,23 @@ bool all_agree(MPI_Comm comm, bool ok) {
 
 }  // namespace
 
+int split_by_host(MPI_Comm comm, int host, MPI_Comm* local) {
+  int rank = 0;
+  const int rc = MPI_Comm_rank(comm, &rank);
+  if (rc != MPI_SUCCESS) return rc;
+  if (host >= 0) return MPI_Comm_split(comm, host, rank, local);
+  return MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, local);
+}
+
+int test_host(const TransportContext& ctx) {
+  const int64_t per = ctx.config->test_ranks_per_host;
+  if (per <= 0) return -1;
+  return static_cast<int>(ctx.layout.global_ranks[static_cast<size_t>(ctx.layout.rank)] / per);
+}
+
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
-                                                 int64_t single_copy_bytes, std::string* why_not) {
+                                                 int64_t single_copy_bytes, std::string* why_not,
+                                                 int host) {
   int rank = 0, size = 1;
   int rc = MPI_Comm_rank(comm, &rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
@@ -41,13 +56,13 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
   MPI_Comm local = MPI_COMM_NULL;
   int local_size = 0;
   std::string split_error;
-  rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  rc = split_by_host(comm, host, &local);
   if (rc == MPI_SUCCESS) {
     rc = MPI_Comm_size(local, &local_size);
     if (rc != MPI_SUCCESS) split_error = failed("MPI_Comm_size (host communicator)", rc);
     MPI_Comm_free(&local);
   } else {
-    split_error = failed("MPI_Comm_split_type", rc);
+    split_error = failed("MPI_Comm_split_type/MPI_Comm_split (host communicator)", rc);
   }
   if (!all_agree(comm, split_error.empty() && local_size == size)) {
     *why_not = !split_error.empty() ? split_error : local_size != size

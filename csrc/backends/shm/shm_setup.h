@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/mpi/transport_context.h"
 #include "backends/shm/shm_allreduce.h"
 
 namespace hvd {
@@ -15,7 +16,18 @@ namespace hvd {
 /// the reason in `why_not` (the fallback is MPI).
 /// `single_copy_bytes` (< 0: never) is passed to enable_single_copy() when every rank can
 /// read its peers' memory.
+/// `host` (>= 0) replaces the real host of this rank (HOROVOD_CPP_TEST_RANKS_PER_HOST).
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
-                                                 int64_t single_copy_bytes, std::string* why_not);
+                                                 int64_t single_copy_bytes, std::string* why_not,
+                                                 int host = -1);
+
+/// Splits `comm` into the ranks of this rank's host, in `comm`'s order: the real host
+/// (MPI_COMM_TYPE_SHARED) when `host` < 0, else the ranks that passed the same `host`.
+/// Collective over `comm`; returns MPI's error code.
+int split_by_host(MPI_Comm comm, int host, MPI_Comm* local);
+
+/// The host that HOROVOD_CPP_TEST_RANKS_PER_HOST gives this rank of the set (its global rank
+/// divided by that number), or -1 (the real host) when it is not set.
+int test_host(const TransportContext& ctx);
 
 }  // namespace hvd

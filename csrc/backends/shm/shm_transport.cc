@@ -212,7 +212,7 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
   std::unique_ptr<ShmAllreduce> shm =
       make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes,
                          config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
-                         &why_not);
+                         &why_not, test_host(ctx));
   if (shm) shm->set_yield_core(ctx.mpi->cores_shared());
   if (!shm) {
     if (ctx.layout.size > 1) {
