@@ -103,6 +103,8 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM_HIERARCHICAL", &c.shm_hierarchical));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_TEST_RANKS_PER_HOST", &c.test_ranks_per_host, 1 << 20));
+  HVD_RETURN_IF_ERROR(
+      read_bool(lookup, "HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN", &c.test_hosts_round_robin));
   if (c.shm_chunk_bytes < 4096) c.shm_chunk_bytes = 4096;
   if (auto v = lookup("HOROVOD_TIMELINE"); v) c.timeline_path = *v;
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles));
@@ -141,6 +143,7 @@ std::string Config::describe() const {
      << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes
      << " HOROVOD_CPP_SHM_HIERARCHICAL=" << shm_hierarchical
      << " HOROVOD_CPP_TEST_RANKS_PER_HOST=" << test_ranks_per_host
+     << " HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN=" << test_hosts_round_robin
      << " HOROVOD_TIMELINE=" << timeline_path
      << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes

@@ -66,6 +66,10 @@ struct Config {
   /// consecutive global ranks as one host when choosing CPU transports, so that the paths
   /// for sets spanning hosts run (and are tested) on one machine.
   int64_t test_ranks_per_host = 0;
+  /// HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN (default 0, testing only): with the above, deal the
+  /// global ranks to the hosts in turn instead (rank r on host r % hosts), as
+  /// `mpirun --map-by node` places them.
+  bool test_hosts_round_robin = false;
   /// HOROVOD_CPP_BUFFER_CACHE_BYTES (default 256 MiB, 0 = off): the most bytes of released
   /// result tensors (from 256 KiB up) kept mapped for reuse (common/buffer_cache.h).
   int64_t buffer_cache_bytes = 256ll * 1024 * 1024;

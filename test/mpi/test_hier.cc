@@ -117,10 +117,16 @@ TEST_CASE("hierarchical allreduce across test hosts: dtypes, ops, sizes, fusion,
       }
       CHECK(bad == 0);
     }
-    // Other collectives beside it (over MPI on this set): an allgather, then an allreduce again.
+    // The set's allgather and broadcast take the same transport.
     int64_t x = me;
     hvd::Tensor g = hvd::allgather("hier.gather", hvd::TensorView(&x, DataType::kInt64, {1}));
     for (int r = 0; r < n; ++r) CHECK(g.data_as<int64_t>()[r] == r);
+    for (int root = 0; root < n; ++root) {  // every root, so every local rank leads once
+      std::vector<int32_t> bc(3000, me);
+      hvd::broadcast("hier.bc." + std::to_string(root),
+                     hvd::TensorView(bc.data(), DataType::kInt32, {3000}), root);
+      CHECK(std::count(bc.begin(), bc.end(), root) == 3000);
+    }
     // A process set of the even ranks: one rank of it per test host, so it declines there.
     std::vector<int> evens;
     for (int r = 0; r < n; r += 2) evens.push_back(r);
@@ -148,6 +154,7 @@ TEST_CASE("hierarchical allreduce across test hosts: dtypes, ops, sizes, fusion,
     CHECK((t.find("\"HIER_ALLREDUCE\"") != std::string::npos) == hier_expected(world_size));
     // The set's other collectives run through the same transport (over MPI) where it applies.
     CHECK((t.find("\"HIER_allgather\"") != std::string::npos) == hier_expected(world_size));
+    CHECK((t.find("\"HIER_broadcast\"") != std::string::npos) == hier_expected(world_size));
     std::remove(path.c_str());
   }
   MPI_Barrier(MPI_COMM_WORLD);

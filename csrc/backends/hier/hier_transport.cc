@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "backends/hier/hier_transport.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,15 +21,27 @@ void free_comm(MPI_Comm* c) {
 
 class HierDataPlane : public DataPlane {
  public:
+  /// `who[l][c]`: the set rank of local rank l on the host of cross rank c (the hosts may be
+  /// numbered differently for each local rank when ranks interleave across hosts).
   HierDataPlane(std::unique_ptr<ShmAllreduce> host, MPI_Comm host_comm, int local_rank,
-                int local_size, MPI_Comm cross_comm, const TransportContext& ctx)
+                int local_size, MPI_Comm cross_comm, std::vector<std::vector<int>> who,
+                const TransportContext& ctx)
       : host_(std::move(host)),
         host_comm_(host_comm),
         cross_comm_(cross_comm),
         local_rank_(local_rank),
         local_size_(local_size),
+        who_(std::move(who)),
         cross_(ctx.mpi, cross_comm, ctx.config->reduce_chunk_bytes),
-        set_(ctx.mpi, ctx.data_comm, ctx.config->reduce_chunk_bytes) {}
+        set_(ctx.mpi, ctx.data_comm, ctx.config->reduce_chunk_bytes) {
+    for (int l = 0; l < local_size_; ++l) {
+      for (size_t c = 0; c < who_[static_cast<size_t>(l)].size(); ++c) {
+        const int r = who_[static_cast<size_t>(l)][c];
+        if (static_cast<int>(place_.size()) <= r) place_.resize(static_cast<size_t>(r) + 1);
+        place_[static_cast<size_t>(r)] = {l, static_cast<int>(c)};
+      }
+    }
+  }
   ~HierDataPlane() override {
     free_comm(&cross_comm_);
     free_comm(&host_comm_);
@@ -51,8 +64,35 @@ class HierDataPlane : public DataPlane {
     if (mine > 0) HVD_RETURN_IF_ERROR(cross_.allreduce(share_.data(), mine, dtype, op));
     return host_->allgatherv(share_.data(), buf, bytes);
   }
+  // Blocks of the ranks of equal local rank over the network (one exchange per local rank,
+  // side by side), then the host's gathered blocks through shared memory, then into rank
+  // order.
   Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) override {
-    return set_.allgatherv(in, out, bytes);
+    const std::vector<int>& mine = who_[static_cast<size_t>(local_rank_)];
+    std::vector<int64_t> cross_bytes(mine.size()), host_bytes(static_cast<size_t>(local_size_), 0);
+    for (size_t c = 0; c < mine.size(); ++c) cross_bytes[c] = bytes[static_cast<size_t>(mine[c])];
+    int64_t total = 0;
+    for (int l = 0; l < local_size_; ++l) {
+      for (int r : who_[static_cast<size_t>(l)]) host_bytes[static_cast<size_t>(l)] += bytes[static_cast<size_t>(r)];
+      total += host_bytes[static_cast<size_t>(l)];
+    }
+    if (static_cast<int64_t>(share_.size()) < host_bytes[static_cast<size_t>(local_rank_)]) {
+      share_.resize(static_cast<size_t>(host_bytes[static_cast<size_t>(local_rank_)]));
+    }
+    if (static_cast<int64_t>(gathered_.size()) < total) gathered_.resize(static_cast<size_t>(total));
+    HVD_RETURN_IF_ERROR(cross_.allgatherv(in, share_.data(), cross_bytes));
+    HVD_RETURN_IF_ERROR(host_->allgatherv(share_.data(), gathered_.data(), host_bytes));
+    std::vector<int64_t> at(bytes.size(), 0);  // where each rank's block goes in `out`
+    for (size_t r = 1; r < bytes.size(); ++r) at[r] = at[r - 1] + bytes[r - 1];
+    const unsigned char* src = gathered_.data();
+    for (int l = 0; l < local_size_; ++l) {
+      for (int r : who_[static_cast<size_t>(l)]) {
+        const size_t n = static_cast<size_t>(bytes[static_cast<size_t>(r)]);
+        if (n) std::memcpy(static_cast<unsigned char*>(out) + at[static_cast<size_t>(r)], src, n);
+        src += n;
+      }
+    }
+    return Status::OK();
   }
   Status alltoallv(const void* in, const std::vector<int64_t>& send, void* out,
                    const std::vector<int64_t>& recv) override {
@@ -62,8 +102,11 @@ class HierDataPlane : public DataPlane {
                        DataType dtype, ReduceOp op) override {
     return set_.reducescatter(in, out, counts, dtype, op);
   }
+  // The root's local rank on every host gets it over the network, then each host from it.
   Status broadcast(void* buf, int64_t bytes, int root) override {
-    return set_.broadcast(buf, bytes, root);
+    const Place p = place_[static_cast<size_t>(root)];
+    if (local_rank_ == p.local) HVD_RETURN_IF_ERROR(cross_.broadcast(buf, bytes, p.cross));
+    return host_->broadcast(buf, bytes, p.local);
   }
   Status barrier() override { return set_.barrier(); }
 
@@ -72,9 +115,15 @@ class HierDataPlane : public DataPlane {
   MPI_Comm host_comm_;
   MPI_Comm cross_comm_;                 // this local rank on every host
   int local_rank_, local_size_;
+  struct Place {
+    int local = 0, cross = 0;
+  };
+  std::vector<std::vector<int>> who_;   // [local rank][cross rank] -> set rank
+  std::vector<Place> place_;            // set rank -> (local rank, cross rank)
   MpiDataPlane cross_;                  // over cross_comm_
   MpiDataPlane set_;                    // over the set's data communicator
-  std::vector<unsigned char> share_;    // this rank's block between the three steps
+  std::vector<unsigned char> share_;    // this rank's block between the steps
+  std::vector<unsigned char> gathered_; // allgather: every block, by local rank then host
 };
 
 // True on every rank of `comm` iff `ok` on every rank.
@@ -128,17 +177,36 @@ std::unique_ptr<Transport> make_hier_transport(const TransportContext& ctx) {
     }
   }
   if (!shm) {
-    HVD_LOG(kInfo) << "process set " << ctx.set_id << ": no hierarchical CPU allreduce (" << why
+    HVD_LOG(kInfo) << "process set " << ctx.set_id << ": no hierarchical CPU collectives (" << why
                    << "); CPU collectives use MPI";
     free_comm(&cross);
     free_comm(&host);
     return nullptr;
   }
+  // Where every rank of the set is: (local rank, cross rank), from every rank.
+  int here[2] = {local_rank, 0}, cross_rank = 0;
+  MPI_Comm_rank(cross, &cross_rank);
+  here[1] = cross_rank;
+  std::vector<int> places(static_cast<size_t>(2 * size));
+  if (!everyone(ctx.data_comm, MPI_Allgather(here, 2, MPI_INT, places.data(), 2, MPI_INT,
+                                             ctx.data_comm) == MPI_SUCCESS)) {
+    HVD_LOG(kInfo) << "process set " << ctx.set_id
+                   << ": no hierarchical CPU collectives (MPI_Allgather of the places failed)";
+    free_comm(&cross);
+    free_comm(&host);
+    return nullptr;
+  }
+  std::vector<std::vector<int>> who(static_cast<size_t>(local_size),
+                                    std::vector<int>(static_cast<size_t>(size / local_size)));
+  for (int r = 0; r < size; ++r) {
+    who[static_cast<size_t>(places[2 * r])][static_cast<size_t>(places[2 * r + 1])] = r;
+  }
   shm->set_yield_core(ctx.mpi->cores_shared());
-  HVD_LOG(kDebug) << "process set " << ctx.set_id << ": hierarchical CPU allreduce, "
+  HVD_LOG(kDebug) << "process set " << ctx.set_id << ": hierarchical CPU collectives, "
                   << size / local_size << " hosts x " << local_size << " ranks";
   return std::make_unique<CpuTransport>(
-      std::make_unique<HierDataPlane>(std::move(shm), host, local_rank, local_size, cross, ctx),
+      std::make_unique<HierDataPlane>(std::move(shm), host, local_rank, local_size, cross,
+                                      std::move(who), ctx),
       ctx.layout);
 }
 

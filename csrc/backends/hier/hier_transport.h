@@ -5,10 +5,12 @@
 // host (backends/shm/, each local rank ends with its host's partial result for 1/L of the
 // vector), an MPI allreduce of that share across hosts among the ranks of equal local rank
 // (L independent exchanges, one per local rank, each 1/L of the bytes), and a shared-memory
-// allgather back to every rank of the host. Every byte crosses the network once per host and
-// share instead of once per rank. The other collectives go over MPI on the set's
-// communicator. Built on CpuTransport (fusion buffer, scaling, Average, joined ranks) over a
-// DataPlane of its own.
+// allgather back to every rank of the host. An allgather exchanges blocks among the ranks of
+// equal local rank over MPI, then within each host through shared memory, then puts them in
+// rank order; a broadcast goes to the root's local rank on every host over MPI, then through
+// shared memory on each host. Alltoall and reducescatter go over MPI on the set's
+// communicator. Built on CpuTransport (fusion buffer, scaling, Average, joined ranks, result
+// allocation) over a DataPlane of its own. Ranks may be placed on hosts in any order.
 #pragma once
 
 #include <memory>

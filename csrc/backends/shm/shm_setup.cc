@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "backends/mpi/mpi_context.h"
@@ -36,7 +37,11 @@ int split_by_host(MPI_Comm comm, int host, MPI_Comm* local) {
 int test_host(const TransportContext& ctx) {
   const int64_t per = ctx.config->test_ranks_per_host;
   if (per <= 0) return -1;
-  return static_cast<int>(ctx.layout.global_ranks[static_cast<size_t>(ctx.layout.rank)] / per);
+  const int global = ctx.layout.global_ranks[static_cast<size_t>(ctx.layout.rank)];
+  if (ctx.config->test_hosts_round_robin) {
+    return global % std::max(1, static_cast<int>(ctx.mpi->size() / per));
+  }
+  return static_cast<int>(global / per);
 }
 
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,

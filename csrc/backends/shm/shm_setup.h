@@ -27,7 +27,8 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
 int split_by_host(MPI_Comm comm, int host, MPI_Comm* local);
 
 /// The host that HOROVOD_CPP_TEST_RANKS_PER_HOST gives this rank of the set (its global rank
-/// divided by that number), or -1 (the real host) when it is not set.
+/// divided by that number; with HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN, its global rank modulo the
+/// number of hosts), or -1 (the real host) when it is not set.
 int test_host(const TransportContext& ctx);
 
 }  // namespace hvd
