@@ -94,6 +94,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_NCCL_TIMEOUT_SECONDS", 0.0, &c.nccl_timeout_seconds));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM", &c.shm_enabled));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM_CONTROL", &c.shm_control));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_MIN_BYTES", &c.shm_min_bytes));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes));
   HVD_RETURN_IF_ERROR(
@@ -137,7 +138,8 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
      << " HOROVOD_CPP_ABORT_GRACE_SECONDS=" << abort_grace_seconds
      << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
-     << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
+     << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_CONTROL=" << shm_control
+     << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
      << " HOROVOD_CPP_SHM_GATHER_MAX_BYTES=" << shm_gather_max_bytes
      << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes

@@ -43,6 +43,9 @@ struct Config {
   /// HOROVOD_CPP_SHM (default 1): CPU allreduces among ranks of one host go through shared
   /// memory; 0 forces MPI.
   bool shm_enabled = true;
+  /// HOROVOD_CPP_SHM_CONTROL (default 1): with HOROVOD_CPP_SHM, a set whose ranks are all on
+  /// one host negotiates through shared memory (the steady-state bit-vector AND); 0: MPI.
+  bool shm_control = true;
   /// HOROVOD_CPP_SHM_MIN_BYTES (default 0): smaller allreduces and reducescatters use MPI.
   /// Shared memory is faster at every size, and sums every element in rank order wherever
   /// it lies in a fused batch (bitwise-reproducible results across runs that fuse differently).

@@ -116,6 +116,12 @@ class Controller {
 
   Controller(ControlPlane* plane, const ControllerOptions& options, Clock clock = {});
 
+  /// The most words a cycle's allreduce_and() vector has with a response cache of
+  /// `cache_capacity` entries (a flags word, then three bits per cache entry).
+  static size_t max_and_words(int64_t cache_capacity) {
+    return 1 + 3 * static_cast<size_t>((std::max<int64_t>(cache_capacity, 0) + 63) / 64);
+  }
+
   /// Runs one cycle (collective: every rank calls it). `incoming`: requests enqueued on this
   /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
   Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);

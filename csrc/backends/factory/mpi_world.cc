@@ -3,6 +3,9 @@
 
 #include "backends/mpi/mpi_control_plane.h"
 #include "backends/factory/transports.h"
+#include "backends/shm/shm_control_plane.h"
+#include "backends/shm/shm_setup.h"
+#include "coordination/controller.h"
 #include "common/fatal.h"
 
 namespace hvd {
@@ -95,6 +98,11 @@ Status MpiWorld::make_set(int id, const std::vector<int>& ranks, const Config& c
   ctx.config = &config;
   planes->control = std::make_unique<MpiControlPlane>(control, ctx.layout.rank, ctx.layout.size,
                                                      mpi_.cores_shared());
+  if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
+    planes->control = make_shm_control_plane(
+        control, id, test_host(ctx), Controller::max_and_words(config.cache_capacity),
+        mpi_.cores_shared(), std::move(planes->control));
+  }
   planes->transports = std::make_unique<TransportRegistry>();
   register_transports(ctx, planes->transports.get());
   *out = std::move(planes);

@@ -17,14 +17,58 @@ std::string failed(const char* call, int rc) {
   return std::string(call) + " failed: " + mpi_error_string(rc);
 }
 
-// True on every rank iff `ok` on every rank (false as well if the exchange itself fails).
+}  // namespace
+
 bool all_agree(MPI_Comm comm, bool ok) {
   int mine = ok ? 1 : 0, all = 0;
   if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS) return false;
   return all == 1;
 }
 
-}  // namespace
+bool on_one_host(MPI_Comm comm, int host, std::string* why_not) {
+  int size = 1;
+  int rc = MPI_Comm_size(comm, &size);
+  if (rc != MPI_SUCCESS) {  // the communicator is unusable on this rank: so are the others
+    *why_not = failed("MPI_Comm_size", rc);
+    return false;
+  }
+  if (size < 2) {
+    *why_not = "a single rank needs no communication";
+    return false;
+  }
+  MPI_Comm local = MPI_COMM_NULL;
+  int local_size = 0;
+  std::string split_error;
+  rc = split_by_host(comm, host, &local);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Comm_size(local, &local_size);
+    if (rc != MPI_SUCCESS) split_error = failed("MPI_Comm_size (host communicator)", rc);
+    MPI_Comm_free(&local);
+  } else {
+    split_error = failed("MPI_Comm_split_type/MPI_Comm_split (host communicator)", rc);
+  }
+  if (!all_agree(comm, split_error.empty() && local_size == size)) {
+    *why_not = !split_error.empty() ? split_error : local_size != size
+        ? "the ranks are on more than one host" : "another rank could not find its host's ranks";
+    return false;
+  }
+  return true;
+}
+
+bool segment_tag(MPI_Comm comm, int set_id, std::string* tag, std::string* why_not) {
+  // A name unique to this job, set and moment: rank 0's pid and clock.
+  long long id[2] = {static_cast<long long>(getpid()),
+                     static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count())};
+  const int rc = MPI_Bcast(id, 2, MPI_LONG_LONG, 0, comm);
+  if (!all_agree(comm, rc == MPI_SUCCESS)) {
+    *why_not = rc != MPI_SUCCESS ? failed("MPI_Bcast (segment name)", rc)
+                                 : "another rank did not receive the segment name";
+    return false;
+  }
+  *tag = std::to_string(id[0]) + "." + std::to_string(set_id) + "." +
+         std::to_string(id[1] % 1000000007LL);
+  return true;
+}
 
 int split_by_host(MPI_Comm comm, int host, MPI_Comm* local) {
   int rank = 0;
@@ -54,37 +98,10 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
     *why_not = failed("MPI_Comm_rank/MPI_Comm_size", rc);
     return nullptr;
   }
-  if (size < 2) {
-    *why_not = "a single rank needs no communication";
+  std::string tag;
+  if (!on_one_host(comm, host, why_not) || !segment_tag(comm, set_id, &tag, why_not)) {
     return nullptr;
   }
-  MPI_Comm local = MPI_COMM_NULL;
-  int local_size = 0;
-  std::string split_error;
-  rc = split_by_host(comm, host, &local);
-  if (rc == MPI_SUCCESS) {
-    rc = MPI_Comm_size(local, &local_size);
-    if (rc != MPI_SUCCESS) split_error = failed("MPI_Comm_size (host communicator)", rc);
-    MPI_Comm_free(&local);
-  } else {
-    split_error = failed("MPI_Comm_split_type/MPI_Comm_split (host communicator)", rc);
-  }
-  if (!all_agree(comm, split_error.empty() && local_size == size)) {
-    *why_not = !split_error.empty() ? split_error : local_size != size
-        ? "the ranks are on more than one host" : "another rank could not find its host's ranks";
-    return nullptr;
-  }
-  // A name unique to this job, set and moment: rank 0's pid and clock.
-  long long id[2] = {static_cast<long long>(getpid()),
-                     static_cast<long long>(std::chrono::steady_clock::now().time_since_epoch().count())};
-  rc = MPI_Bcast(id, 2, MPI_LONG_LONG, 0, comm);
-  if (!all_agree(comm, rc == MPI_SUCCESS)) {
-    *why_not = rc != MPI_SUCCESS ? failed("MPI_Bcast (segment name)", rc)
-                                 : "another rank did not receive the segment name";
-    return nullptr;
-  }
-  const std::string tag = std::to_string(id[0]) + "." + std::to_string(set_id) + "." +
-                          std::to_string(id[1] % 1000000007LL);
   std::unique_ptr<ShmAllreduce> shm;
   Status s = ShmAllreduce::create(tag, rank, size, chunk_bytes, &shm);
   if (!all_agree(comm, s.ok())) {

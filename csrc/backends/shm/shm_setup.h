@@ -26,6 +26,18 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
 /// Collective over `comm`; returns MPI's error code.
 int split_by_host(MPI_Comm comm, int host, MPI_Comm* local);
 
+/// Collective over `comm`: true on every rank iff `ok` on every rank (false as well when the
+/// exchange itself fails).
+bool all_agree(MPI_Comm comm, bool ok);
+
+/// Collective over `comm`: true on every rank when `comm` has at least two ranks, all on one
+/// host (`host` as in split_by_host()); otherwise false on every rank, the reason in `why_not`.
+bool on_one_host(MPI_Comm comm, int host, std::string* why_not);
+
+/// Collective over `comm`: a name for shared-memory segments unique to this job, set `set_id`
+/// and moment, the same on every rank (false on every rank when the exchange fails).
+bool segment_tag(MPI_Comm comm, int set_id, std::string* tag, std::string* why_not);
+
 /// The host that HOROVOD_CPP_TEST_RANKS_PER_HOST gives this rank of the set (its global rank
 /// divided by that number; with HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN, its global rank modulo the
 /// number of hosts), or -1 (the real host) when it is not set.

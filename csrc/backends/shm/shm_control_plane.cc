@@ -1,0 +1,187 @@
+// Copyright horovod_cpp authors.
+#include "backends/shm/shm_control_plane.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <new>
+
+#include "backends/shm/shm_setup.h"
+#include "common/logging.h"
+
+namespace hvd {
+namespace {
+
+constexpr size_t kLine = 64;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+class ShmControlPlane : public ControlPlane {
+ public:
+  ShmControlPlane(std::unique_ptr<ControlPlane> fallback, unsigned char* map, size_t map_bytes,
+                  size_t slot_bytes, size_t max_words, bool yield_core)
+      : fallback_(std::move(fallback)),
+        rank_(fallback_->rank()),
+        size_(fallback_->size()),
+        map_(map),
+        map_bytes_(map_bytes),
+        slot_bytes_(slot_bytes),
+        max_words_(max_words),
+        yield_core_(yield_core) {}
+  ~ShmControlPlane() override { munmap(map_, map_bytes_); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status allreduce_and(std::vector<uint64_t>* words) override;
+  Status gather(const std::string& mine, std::vector<std::string>* all) override {
+    return fallback_->gather(mine, all);
+  }
+  Status broadcast(std::string* blob) override { return fallback_->broadcast(blob); }
+
+ private:
+  std::atomic<uint64_t>& round_of(int r) const {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(map_ + static_cast<size_t>(r) * slot_bytes_);
+  }
+  uint64_t* buffer(int r, uint64_t round) const {
+    return reinterpret_cast<uint64_t*>(map_ + static_cast<size_t>(r) * slot_bytes_ + kLine +
+                                       (round % 2) * max_words_ * sizeof(uint64_t));
+  }
+  void wait_round(int r, uint64_t round) const;
+
+  std::unique_ptr<ControlPlane> fallback_;
+  const int rank_, size_;
+  unsigned char* map_;
+  const size_t map_bytes_, slot_bytes_, max_words_;
+  const bool yield_core_;
+  uint64_t round_ = 0;  // rounds done through shared memory (the same on every rank)
+};
+
+Status ShmControlPlane::allreduce_and(std::vector<uint64_t>* words) {
+  const size_t n = words->size();
+  if (n > max_words_) return fallback_->allreduce_and(words);
+  const uint64_t s = ++round_;
+  uint64_t* v = words->data();
+  std::memcpy(buffer(rank_, s), v, n * sizeof(uint64_t));
+  round_of(rank_).store(s, std::memory_order_release);
+  for (int k = 1; k < size_; ++k) {
+    const int r = (rank_ + k) % size_;
+    wait_round(r, s);
+    const uint64_t* theirs = buffer(r, s);
+    for (size_t i = 0; i < n; ++i) v[i] &= theirs[i];
+  }
+  return Status::OK();
+}
+
+// Waits until rank r has published round `round`. As mpi_wait() does for the MPI plane: a
+// short spin (peers usually arrive within microseconds; it yields the core every few polls
+// only when ranks outnumber cores), then sleeps with a growing back-off (at most 200 us), and
+// no deadline: a peer busy computing its next step negotiates when it is ready, and a peer
+// that dies ends the job through the launcher.
+void ShmControlPlane::wait_round(int r, uint64_t round) const {
+  const std::atomic<uint64_t>& c = round_of(r);
+  if (c.load(std::memory_order_acquire) >= round) return;
+  using clock = std::chrono::steady_clock;
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  const auto start = clock::now();
+  long sleep_ns = 5 * 1000;
+  unsigned polls = 0;
+  while (c.load(std::memory_order_acquire) < round) {
+    if ((++polls & 63u) != 0) {
+      cpu_relax();
+      continue;
+    }
+    if (clock::now() - start < kSpin) {
+      if (yield_core_) sched_yield();
+      continue;
+    }
+    timespec ts{0, sleep_ns};
+    nanosleep(&ts, nullptr);
+    sleep_ns = std::min(sleep_ns * 2, 200L * 1000);
+  }
+}
+
+// Rank 0 creates and reserves the segment of `size` slots and starts every slot's round
+// counter at 0 (rounds count from 1), the others map it; the name goes once every rank has.
+// Null (on every rank) when any rank failed.
+unsigned char* map_segment(MPI_Comm comm, int rank, int size, size_t slot, const std::string& name,
+                           std::string* why_not) {
+  const size_t bytes = slot * static_cast<size_t>(size);
+  void* p = MAP_FAILED;
+  std::string error;
+  bool named = false;  // rank 0: the name exists and must go
+  if (rank == 0) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = "shm_open(" + name + "): " + std::strerror(errno);
+    } else {
+      named = true;
+      // posix_fallocate: a full /dev/shm fails here, not with a SIGBUS at the first touch.
+      if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
+        error = "reserving " + std::to_string(bytes) + " bytes for " + name +
+                " in /dev/shm: " + std::strerror(e);
+      } else {
+        p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) error = "mmap(" + name + "): " + std::strerror(errno);
+      }
+      close(fd);
+    }
+    for (int r = 0; p != MAP_FAILED && r < size; ++r) {
+      new (static_cast<unsigned char*>(p) + static_cast<size_t>(r) * slot) std::atomic<uint64_t>(0);
+    }
+  }
+  const bool created = all_agree(comm, error.empty());
+  if (created && rank != 0) {
+    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+      error = "shm_open(" + name + "): " + std::strerror(errno);
+    } else {
+      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) error = "mmap(" + name + "): " + std::strerror(errno);
+      close(fd);
+    }
+  }
+  const bool mapped = created && all_agree(comm, error.empty());
+  if (named) shm_unlink(name.c_str());  // every rank has mapped it, or none will
+  if (!mapped) {
+    if (p != MAP_FAILED) munmap(p, bytes);
+    *why_not = !error.empty() ? error : "another rank could not map the negotiation segment";
+    return nullptr;
+  }
+  return static_cast<unsigned char*>(p);
+}
+
+}  // namespace
+
+std::unique_ptr<ControlPlane> make_shm_control_plane(MPI_Comm comm, int set_id, int host,
+                                                     size_t max_words, bool yield_core,
+                                                     std::unique_ptr<ControlPlane> fallback) {
+  std::string why_not, tag;
+  if (!on_one_host(comm, host, &why_not) || !segment_tag(comm, set_id, &tag, &why_not)) {
+    HVD_LOG(kDebug) << "process set " << set_id << ": negotiation over MPI: " << why_not;
+    return fallback;
+  }
+  const int rank = fallback->rank(), size = fallback->size();
+  max_words = std::max<size_t>(max_words, 1);
+  const size_t slot = kLine + (2 * max_words * sizeof(uint64_t) + kLine - 1) / kLine * kLine;
+  const size_t bytes = slot * static_cast<size_t>(size);
+  unsigned char* map = map_segment(comm, rank, size, slot, "/hvdcpp." + tag + ".ctl", &why_not);
+  if (!map) {
+    HVD_LOG(kWarning) << "process set " << set_id << ": negotiation over MPI: " << why_not;
+    return fallback;
+  }
+  return std::make_unique<ShmControlPlane>(std::move(fallback), map, bytes, slot, max_words,
+                                           yield_core);
+}
+
+}  // namespace hvd
