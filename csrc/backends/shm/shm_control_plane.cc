@@ -84,7 +84,7 @@ Status ShmControlPlane::allreduce_and(std::vector<uint64_t>* words) {
 }
 
 // Waits until rank r has published round `round`. As mpi_wait() does for the MPI plane: a
-// short spin (peers usually arrive within microseconds; it yields the core every few polls
+// short spin (peers usually arrive within microseconds; it yields the core every 16 polls
 // only when ranks outnumber cores), then sleeps with a growing back-off (at most 200 us), and
 // no deadline: a peer busy computing its next step negotiates when it is ready, and a peer
 // that dies ends the job through the launcher.
@@ -96,8 +96,9 @@ void ShmControlPlane::wait_round(int r, uint64_t round) const {
   const auto start = clock::now();
   long sleep_ns = 5 * 1000;
   unsigned polls = 0;
+  const unsigned every = yield_core_ ? 15u : 63u;
   while (c.load(std::memory_order_acquire) < round) {
-    if ((++polls & 63u) != 0) {
+    if ((++polls & every) != 0) {
       cpu_relax();
       continue;
     }
