@@ -101,6 +101,8 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
       read_int(lookup, "HOROVOD_CPP_SHM_GATHER_MAX_BYTES", &c.shm_gather_max_bytes));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", &c.shm_single_copy_bytes));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES",
+                               &c.shm_single_copy_max_bytes));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM_HIERARCHICAL", &c.shm_hierarchical));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_TEST_RANKS_PER_HOST", &c.test_ranks_per_host, 1 << 20));
@@ -143,6 +145,7 @@ std::string Config::describe() const {
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
      << " HOROVOD_CPP_SHM_GATHER_MAX_BYTES=" << shm_gather_max_bytes
      << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes
+     << " HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES=" << shm_single_copy_max_bytes
      << " HOROVOD_CPP_SHM_HIERARCHICAL=" << shm_hierarchical
      << " HOROVOD_CPP_TEST_RANKS_PER_HOST=" << test_ranks_per_host
      << " HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN=" << test_hosts_round_robin

@@ -90,21 +90,21 @@ Status Runtime::check_version_agreement() {
 // Settings that change what the ranks compute together must be equal everywhere: the cache
 // (identical caches), the fusion plan and the chunking (matching MPI calls).
 Status Runtime::check_config_agreement() {
-  constexpr int kN = 13;
+  constexpr int kN = 14;
   std::vector<int64_t> mine = {config_.cache_capacity,       config_.fusion_threshold_bytes,
                         config_.reduce_chunk_bytes,   config_.shm_enabled ? 1 : 0,
                         config_.shm_min_bytes,        config_.shm_chunk_bytes,
                         config_.autotune ? 1 : 0,     config_.shm_gather_max_bytes,
                         config_.shm_single_copy_bytes, config_.shm_hierarchical ? 1 : 0,
                         config_.test_ranks_per_host,  config_.test_hosts_round_robin ? 1 : 0,
-                        config_.shm_control ? 1 : 0};
+                        config_.shm_control ? 1 : 0,  config_.shm_single_copy_max_bytes};
   const char* names[kN] = {"HOROVOD_CACHE_CAPACITY",    "HOROVOD_FUSION_THRESHOLD",
                            "HOROVOD_CPP_REDUCE_CHUNK_BYTES", "HOROVOD_CPP_SHM",
                            "HOROVOD_CPP_SHM_MIN_BYTES", "HOROVOD_CPP_SHM_CHUNK_BYTES",
                            "HOROVOD_AUTOTUNE", "HOROVOD_CPP_SHM_GATHER_MAX_BYTES",
                            "HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", "HOROVOD_CPP_SHM_HIERARCHICAL",
                            "HOROVOD_CPP_TEST_RANKS_PER_HOST", "HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN",
-                           "HOROVOD_CPP_SHM_CONTROL"};
+                           "HOROVOD_CPP_SHM_CONTROL", "HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES"};
   std::vector<int64_t> all;
   HVD_RETURN_IF_ERROR(world_->allgather(mine, &all));
   for (int k = 0; k < kN; ++k) {

@@ -22,9 +22,6 @@ namespace {
 
 constexpr size_t kHeaderBytes = 4096;
 constexpr auto kDeadline = std::chrono::seconds(300);
-// Bytes per block and round of the two-copy broadcast/allgather: small enough that a round's
-// piece is still in cache when the readers copy it, large enough that the flags cost little.
-constexpr int64_t kGatherPiece = 64 * 1024;
 
 std::string shm_name(const std::string& tag, int rank) {
   return "/hvdcpp." + tag + "." + std::to_string(rank);
@@ -104,7 +101,6 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
   s->rank_ = rank;
   s->size_ = size;
   s->chunk_bytes_ = chunk_bytes;
-  s->gather_piece_ = std::min<int64_t>(chunk_bytes, kGatherPiece);
   s->map_bytes_ = kHeaderBytes + 2 * static_cast<size_t>(chunk_bytes);
   s->maps_.assign(static_cast<size_t>(size), nullptr);
   const std::string name = shm_name(tag, rank);

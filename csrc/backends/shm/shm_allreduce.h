@@ -54,12 +54,18 @@ class ShmAllreduce {
   /// Whether this rank can read every peer's memory directly (process_vm_readv, "CMA"): reads
   /// a word of each peer's segment through the peer's address space and compares.
   bool probe_single_copy() const;
-  /// Allgather and alltoall blocks of at least `min_bytes`, and broadcasts of at least an
-  /// eighth of it, move with one copy, read straight from the peer's buffer (call only with
-  /// the same value on every rank, after every rank's probe succeeded). A two-copy broadcast
-  /// is slower sooner: its readers wait for the root's copy, where allgather's ranks copy side
-  /// by side.
-  void enable_single_copy(int64_t min_bytes) { single_copy_min_ = min_bytes; }
+  /// Broadcasts of at least `min_bytes`, and allgathers and alltoalls (their longest block
+  /// times the ranks) of at least kGatherFactor times that, move with one copy, read straight
+  /// from the peer's buffer, when they are below `max_bytes` (call only with the same values
+  /// on every rank, after every rank's probe succeeded). The others take two copies through
+  /// the segment, in rounds of a whole slot: process_vm_readv pins and copies page by page
+  /// (about 8 GB/s on the benchmark machine), slower than two in-cache copies from a few
+  /// hundred KiB up. A two-copy broadcast is slower sooner (its readers wait for the root's
+  /// copy, where an allgather's ranks copy side by side): hence the factor.
+  void enable_single_copy(int64_t min_bytes, int64_t max_bytes) {
+    single_copy_min_ = min_bytes;
+    single_copy_max_ = max_bytes;
+  }
   bool single_copy() const { return single_copy_min_ >= 0; }
   /// Ranks outnumber cores on this host: waits yield the core while they spin.
   void set_yield_core(bool yield) { yield_core_ = yield; }
@@ -86,9 +92,10 @@ class ShmAllreduce {
                        int64_t divisor);
 
   // The collectives that only move bytes (shm_gather.cc). Each runs in rounds of one piece
-  // (at most kGatherPiece bytes per block, or per pair for alltoall) through the two
-  // alternating slots, so one rank copies piece k+1 in while its peers still copy piece k out:
-  // two copies per byte, both of pieces that stay in cache. Every rank runs the same rounds.
+  // (a slot's worth per block, or per pair for alltoall) through the two alternating slots,
+  // so one rank copies piece k+1 in while its peers still copy piece k out: two copies per
+  // byte, both of pieces that stay in cache. Every rank runs the same rounds. Blocks in the
+  // single-copy window (enable_single_copy()) go in one round, read from the peer's buffer.
 
   /// Copies `bytes` of `buf` on `root` to every rank's `buf`.
   Status broadcast(void* buf, int64_t bytes, int root);
@@ -124,8 +131,10 @@ class ShmAllreduce {
   /// allreduce() of a vector that fits a slot, in one round: publish it whole, wait, fold.
   Status allreduce_whole(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,
                          double scale, int64_t divisor);
-  bool use_single_copy(int64_t block_bytes) const {
-    return single_copy_min_ >= 0 && block_bytes >= single_copy_min_;
+  static constexpr int64_t kGatherFactor = 8;
+  bool use_single_copy(int64_t bytes, int64_t factor) const {
+    return single_copy_min_ >= 0 && bytes >= single_copy_min_ * factor &&
+           (single_copy_max_ <= 0 || bytes < single_copy_max_);
   }
   /// Sets this rank's counter `which` to `value` (release: peers then see the slot's bytes).
   void signal(int which, uint64_t value);
@@ -135,8 +144,8 @@ class ShmAllreduce {
   std::string tag_;
   int rank_ = 0, size_ = 1;
   int64_t chunk_bytes_ = 0;
-  int64_t gather_piece_ = 0;      // bytes per block and round of broadcast/allgather
   int64_t single_copy_min_ = -1;  // < 0: off
+  int64_t single_copy_max_ = 0;   // <= 0: no upper bound
   bool yield_core_ = true;
   size_t map_bytes_ = 0;
   std::vector<unsigned char*> maps_;  // every rank's segment, mine included

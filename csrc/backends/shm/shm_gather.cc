@@ -8,9 +8,11 @@
 // that is what lets the next round (of any collective) reuse a slot.
 //
 // That is two copies per byte, where a read straight from the peer's memory is one; but a
-// piece stays in cache between the two and a round costs two flag writes, where a system
-// call has a fixed cost. So blocks of at least the single-copy size (when the probe at setup
-// found process_vm_readv usable on every rank, as Open MPI's CMA uses it) go in one round
+// piece stays in cache between the two and a round costs two flag writes, while
+// process_vm_readv (Open MPI's CMA) pins and copies the peer's pages one by one: on the
+// benchmark machine about 8 GB/s, so two in-cache copies in slot-sized rounds beat it from a
+// few hundred KiB up (docs/benchmarks.md, round nine). Blocks in the single-copy window (set
+// at setup when the probe found process_vm_readv usable on every rank) go in one round
 // instead: every source publishes its buffer's address, the readers copy from it with
 // process_vm_readv, and each source waits until every reader is done before it returns (its
 // buffer must not change under them).
@@ -54,7 +56,7 @@ Status ShmAllreduce::read_round(const void* in, const std::vector<int64_t>& from
 }
 
 Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
-  if (single_copy() && bytes >= single_copy_min_ / 8) {
+  if (use_single_copy(bytes, 1)) {
     const uint64_t s = step_++;
     if (rank_ == root) {
       publish_buffer(buf, s);
@@ -67,7 +69,7 @@ Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
     return st;
   }
   unsigned char* p = static_cast<unsigned char*>(buf);
-  const int64_t per = gather_piece_;
+  const int64_t per = chunk_bytes_;
   for (int64_t lo = 0; lo < bytes; lo += per) {
     const int64_t len = std::min(per, bytes - lo);
     const uint64_t s = step_++;
@@ -91,9 +93,9 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
   unsigned char* dst = static_cast<unsigned char*>(out);
   const std::vector<int64_t> at = displacements(bytes);
   const int64_t longest = *std::max_element(bytes.begin(), bytes.end());
-  const int64_t per = gather_piece_;
+  const int64_t per = chunk_bytes_;
   const int64_t mine = bytes[static_cast<size_t>(me)];
-  if (use_single_copy(longest)) {
+  if (use_single_copy(longest * n, kGatherFactor)) {
     if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
     return read_round(in, {}, bytes, dst, at);
   }
@@ -127,11 +129,11 @@ Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send,
   const std::vector<int64_t> sat = displacements(send);
   const std::vector<int64_t> rat = displacements(recv);
   // The slot holds one piece per destination (on cache lines of its own where they fit).
-  int64_t per = std::min(gather_piece_, chunk_bytes_ / n);
+  int64_t per = chunk_bytes_ / n;
   per = per >= 64 ? per / 64 * 64 : std::max<int64_t>(1, per);
   const size_t m = static_cast<size_t>(me);
   if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
-  if (use_single_copy(longest)) return read_round(in, from, recv, dst, rat);
+  if (use_single_copy(longest * n, kGatherFactor)) return read_round(in, from, recv, dst, rat);
   for (int64_t lo = 0; lo < longest; lo += per) {
     const uint64_t s = step_++;
     const int which = static_cast<int>(s % 2);

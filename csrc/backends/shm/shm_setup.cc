@@ -89,8 +89,9 @@ int test_host(const TransportContext& ctx) {
 }
 
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
-                                                 int64_t single_copy_bytes, std::string* why_not,
-                                                 int host) {
+                                                 int64_t single_copy_bytes,
+                                                 int64_t single_copy_max_bytes,
+                                                 std::string* why_not, int host) {
   int rank = 0, size = 1;
   int rc = MPI_Comm_rank(comm, &rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, &size);
@@ -127,7 +128,7 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
   }
   if (single_copy_bytes < 0) return shm;
   if (all_agree(comm, shm->probe_single_copy())) {
-    shm->enable_single_copy(single_copy_bytes);
+    shm->enable_single_copy(single_copy_bytes, single_copy_max_bytes);
   } else {
     HVD_LOG(kInfo) << "process set " << set_id << ": a rank cannot read its peers' memory "
                    << "(process_vm_readv): broadcast, allgather and alltoall copy twice";

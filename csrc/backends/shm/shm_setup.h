@@ -14,12 +14,13 @@ namespace hvd {
 /// Collective over `comm`: returns a ready ShmAllreduce when every rank of `comm` is on this
 /// host and every rank could create and map its segment; otherwise nullptr on every rank, with
 /// the reason in `why_not` (the fallback is MPI).
-/// `single_copy_bytes` (< 0: never) is passed to enable_single_copy() when every rank can
-/// read its peers' memory.
+/// `single_copy_bytes` (< 0: never) and `single_copy_max_bytes` (<= 0: no limit) are passed to
+/// enable_single_copy() when every rank can read its peers' memory.
 /// `host` (>= 0) replaces the real host of this rank (HOROVOD_CPP_TEST_RANKS_PER_HOST).
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
-                                                 int64_t single_copy_bytes, std::string* why_not,
-                                                 int host = -1);
+                                                 int64_t single_copy_bytes,
+                                                 int64_t single_copy_max_bytes,
+                                                 std::string* why_not, int host = -1);
 
 /// Splits `comm` into the ranks of this rank's host, in `comm`'s order: the real host
 /// (MPI_COMM_TYPE_SHARED) when `host` < 0, else the ranks that passed the same `host`.

@@ -212,7 +212,7 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
   std::unique_ptr<ShmAllreduce> shm =
       make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes,
                          config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
-                         &why_not, test_host(ctx));
+                         config.shm_single_copy_max_bytes, &why_not, test_host(ctx));
   if (shm) shm->set_yield_core(ctx.mpi->cores_shared());
   if (!shm) {
     if (ctx.layout.size > 1) {
@@ -221,7 +221,8 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
     }
     return nullptr;
   }
-  const int64_t gather_max = shm->single_copy() ? INT64_MAX : config.shm_gather_max_bytes;
+  const int64_t gather_max =
+      config.shm_gather_max_bytes > 0 ? config.shm_gather_max_bytes : INT64_MAX;
   return std::make_unique<ShmTransport>(std::move(shm), ctx.layout.rank, ctx.layout.size,
                                         config.shm_min_bytes, gather_max);
 }
