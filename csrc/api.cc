@@ -65,13 +65,16 @@ class Submission {
   Runtime& rt() { return *rt_; }
   ProcessSetState& set() { return *set_; }
 
-  /// Adds a tensor; returns its request for the caller to complete.
-  Request& add(OpType op, const std::string& name, const TensorView& in, const TensorView& out) {
-    return add_entry(op, name, TensorView(in), TensorView(out)).request;
+  /// Adds a tensor worked on in place (or only read); returns its request for the caller to
+  /// complete.
+  Request& add(OpType op, const std::string& name, const TensorView& t) {
+    return add_entry(op, name, TensorView(t), nullptr).request;
   }
-  /// add() for views the caller gives up: each Shape copy is a heap allocation, and a tiny
-  /// tensor's submission is dominated by allocations (docs/benchmarks.md, workload d).
-  TensorEntry& add_entry(OpType op, const std::string& name, TensorView&& in, TensorView&& out) {
+  /// add() for a view the caller gives up, and an output view (null: in place). Each Shape copy
+  /// is a heap allocation, and a tiny tensor's submission is dominated by allocations
+  /// (docs/benchmarks.md, workload d): the input's shape moves into the request, and the
+  /// entry's views keep no shape (BatchTensor: sizes come from the agreed response).
+  TensorEntry& add_entry(OpType op, const std::string& name, TensorView&& in, TensorView* out) {
     const size_t index = entries_.size();
     // Only the first of two tensors of one name can be submitted (names are unique per set).
     const bool duplicate = !name.empty() && !unique_name(name);
@@ -83,17 +86,22 @@ class Submission {
     e.request.name = name.empty() ? std::string(op_type_name(op)) + ".noname" : name;
     if (name.empty()) unnamed_.push_back(index);
     e.request.dtype = in.dtype;
-    e.request.shape = in.shape;
+    e.request.shape = std::move(in.shape);
     e.request.device = in.device;
     e.input = std::move(in);
-    e.output = std::move(out);
+    in.shape.clear();  // moved-from: now certainly empty, so the view copies allocate nothing
+    if (out) {
+      e.output = std::move(*out);  // its shape stays for the caller's check, then goes
+    } else {
+      e.output = e.input;
+    }
     e.part = static_cast<int>(index);
     if (duplicate) {
       note_error(describe(e.request) + ": the name appears twice in the group");
       return e;
     }
     const TensorView& input = entries_.back().input;
-    check([&] { check_view(entries_.back().request, input, "input"); });
+    check([&] { check_input(entries_.back().request, input); });
     if (input.device.is_cuda()) {
       // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must
       // be on this rank's GPU, docs/gpu.md). Ranks negotiate "a CUDA tensor" without the
@@ -152,7 +160,7 @@ class Submission {
       for (auto& e : entries_) {
         e.request.error = error_;
         e.handle = failed;
-        e.input = e.output = TensorView(nullptr, e.input.dtype, e.input.shape, e.input.device);
+        e.input = e.output = TensorView(nullptr, e.input.dtype, {}, e.input.device);
       }
       Status sent = set_->enqueue(std::move(entries_));
       if (!sent.ok()) {
@@ -192,14 +200,16 @@ class Submission {
     return names_.insert(name).second;
   }
 
-  static void check_view(const Request& q, const TensorView& t, const char* role) {
-    for (int64_t d : t.shape) {
+  // The input view `t`, whose shape is now the request's.
+  static void check_input(const Request& q, const TensorView& t) {
+    const char* role = "input";
+    for (int64_t d : q.shape) {
       if (d < 0) {
         throw InvalidArgumentError(describe(q) + ": " + role + " has a negative dimension " +
-                                   shape_str(t.shape));
+                                   shape_str(q.shape));
       }
     }
-    if (t.data == nullptr && t.numel() > 0) {
+    if (t.data == nullptr && num_elements(q.shape) > 0) {
       throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
     }
     if (t.device.is_cuda() && !nccl_built()) {  // NCCL builds: checked in add()
@@ -357,21 +367,24 @@ int process_set_size(ProcessSet set) { return static_cast<int>(process_set_ranks
 
 namespace {
 // Both public overloads end here, giving up their by-value views (no further Shape copies).
-Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView&& output,
+Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView* output,
                         const AllreduceOptions& options) {
   Submission sub("allreduce", options.process_set);
-  TensorEntry& e = sub.add_entry(OpType::kAllreduce, name, std::move(input), std::move(output));
+  TensorEntry& e = sub.add_entry(OpType::kAllreduce, name, std::move(input), output);
   Request& q = e.request;
   sub.check([&] {
-    const TensorView& in = e.input;
-    const TensorView& out = e.output;
-    if (out.data == nullptr && out.numel() > 0) {
-      throw InvalidArgumentError(describe(q) + ": output data pointer is null");
-    }
-    if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device) {
-      throw InvalidArgumentError(describe(q) + ": output " + dtype_name(out.dtype) +
-                                 shape_str(out.shape) + " does not match input " +
-                                 dtype_name(in.dtype) + shape_str(in.shape));
+    if (output) {
+      const TensorView& in = e.input;
+      TensorView& out = e.output;
+      if (out.data == nullptr && out.numel() > 0) {
+        throw InvalidArgumentError(describe(q) + ": output data pointer is null");
+      }
+      if (out.dtype != in.dtype || out.shape != q.shape || out.device != in.device) {
+        throw InvalidArgumentError(describe(q) + ": output " + dtype_name(out.dtype) +
+                                   shape_str(out.shape) + " does not match input " +
+                                   dtype_name(in.dtype) + shape_str(q.shape));
+      }
+      out.shape.clear();  // checked; the entry's views keep no shape
     }
     set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
   });
@@ -381,12 +394,11 @@ Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView&
 
 Handle allreduce_async(const std::string& name, TensorView input, TensorView output,
                        const AllreduceOptions& options) {
-  return submit_allreduce(name, std::move(input), std::move(output), options);
+  return submit_allreduce(name, std::move(input), &output, options);
 }
 
 Handle allreduce_async(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
-  TensorView output = tensor;  // the entry keeps both views: the transports read both
-  return submit_allreduce(name, std::move(tensor), std::move(output), options);
+  return submit_allreduce(name, std::move(tensor), nullptr, options);
 }
 
 void allreduce(const std::string& name, TensorView tensor, const AllreduceOptions& options) {
@@ -404,7 +416,7 @@ Handle grouped_allreduce_async(const std::vector<std::string>& names,
   Submission sub("grouped_allreduce", options.process_set);
   check_group("grouped_allreduce", names.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    Request& q = sub.add(OpType::kAllreduce, names[i], tensors[i], tensors[i]);
+    Request& q = sub.add(OpType::kAllreduce, names[i], tensors[i]);
     sub.check(
         [&] { set_reduction(q, options.op, options.prescale_factor, options.postscale_factor); });
   }
@@ -422,7 +434,7 @@ void grouped_allreduce(const std::vector<std::string>& names, const std::vector<
 
 Handle allgather_async(const std::string& name, TensorView input, ProcessSet set) {
   Submission sub("allgather", set);
-  Request& q = sub.add(OpType::kAllgather, name, input, input);
+  Request& q = sub.add(OpType::kAllgather, name, input);
   sub.check([&] { check_not_scalar(q); });
   return sub.submit();
 }
@@ -436,7 +448,7 @@ Handle grouped_allgather_async(const std::vector<std::string>& names,
   Submission sub("grouped_allgather", set);
   check_group("grouped_allgather", names.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    Request& q = sub.add(OpType::kAllgather, names[i], inputs[i], inputs[i]);
+    Request& q = sub.add(OpType::kAllgather, names[i], inputs[i]);
     sub.check([&] { check_not_scalar(q); });
   }
   sub.group();
@@ -445,7 +457,7 @@ Handle grouped_allgather_async(const std::vector<std::string>& names,
 
 Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank, ProcessSet set) {
   Submission sub("broadcast", set);
-  Request& q = sub.add(OpType::kBroadcast, name, tensor, tensor);
+  Request& q = sub.add(OpType::kBroadcast, name, tensor);
   q.root = root_rank;
   const auto& members = sub.set().ranks();
   if (std::find(members.begin(), members.end(), root_rank) == members.end()) {
@@ -494,7 +506,7 @@ void check_alltoall(Request& q, const TensorView& input, const std::vector<int64
 Handle alltoall_async(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
                       ProcessSet set) {
   Submission sub("alltoall", set);
-  Request& q = sub.add(OpType::kAlltoall, name, input, input);
+  Request& q = sub.add(OpType::kAlltoall, name, input);
   sub.check([&] { check_alltoall(q, input, splits, sub.set().size()); });
   return sub.submit();
 }
@@ -511,7 +523,7 @@ AlltoallResult alltoall(const std::string& name, TensorView input, const std::ve
 Handle reducescatter_async(const std::string& name, TensorView input,
                            const ReducescatterOptions& options) {
   Submission sub("reducescatter", options.process_set);
-  Request& q = sub.add(OpType::kReducescatter, name, input, input);
+  Request& q = sub.add(OpType::kReducescatter, name, input);
   sub.check([&] { check_reducescatter(q, options); });
   return sub.submit();
 }
@@ -526,7 +538,7 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
   Submission sub("grouped_reducescatter", options.process_set);
   check_group("grouped_reducescatter", names.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    Request& q = sub.add(OpType::kReducescatter, names[i], inputs[i], inputs[i]);
+    Request& q = sub.add(OpType::kReducescatter, names[i], inputs[i]);
     sub.check([&] { check_reducescatter(q, options); });
   }
   sub.group();
@@ -537,16 +549,14 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
 
 int join() {
   Submission sub("join", ProcessSet{});
-  sub.add(OpType::kJoin, kJoinName, TensorView(nullptr, DataType::kUInt8, {0}),
-          TensorView(nullptr, DataType::kUInt8, {0}));
+  sub.add(OpType::kJoin, kJoinName, TensorView(nullptr, DataType::kUInt8, {0}));
   sub.submit("join").wait();
   return static_cast<int>(sub.state()->value());  // the last rank to join
 }
 
 void barrier(ProcessSet set) {
   Submission sub("barrier", set);
-  sub.add(OpType::kBarrier, "horovod_cpp.barrier", TensorView(nullptr, DataType::kUInt8, {0}),
-          TensorView(nullptr, DataType::kUInt8, {0}));
+  sub.add(OpType::kBarrier, "horovod_cpp.barrier", TensorView(nullptr, DataType::kUInt8, {0}));
   sub.submit("barrier").wait();
 }
 

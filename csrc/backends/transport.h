@@ -33,11 +33,18 @@ struct SetLayout {
 /// rank's memory (kept alive by the caller until the batch completes). `present` is false for
 /// an allreduce that this rank (having joined) did not submit: it contributes zeros and gets
 /// no result.
+///
+/// The views carry the data pointer, dtype, device and stream; their shapes are empty (a
+/// tiny tensor's submission would otherwise allocate a shape per view): sizes come from the
+/// response, which every rank agreed on (nbytes()).
 struct BatchTensor {
   const Response* response = nullptr;
   TensorView input;
   TensorView output;  ///< == input for in-place operations; unused by allgather
   bool present = true;
+
+  /// Bytes of an allreduce's or a broadcast's tensor: the agreed shape, the same on every rank.
+  int64_t nbytes() const { return response->nbytes_for_rank(0); }
 };
 
 /// What a transport hands back for one tensor of the batch.

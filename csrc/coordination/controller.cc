@@ -217,6 +217,10 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
     if (!r.group.empty() && count_of(r.group) < r.group_size) continue;  // wait for siblings
     if (n < hits.size()) {
       hits[n] = r;
+    } else if (!spare_extra_.empty()) {
+      hits.push_back(std::move(spare_extra_.back()));
+      spare_extra_.pop_back();
+      hits.back() = r;
     } else {
       hits.push_back(r);
     }
@@ -224,7 +228,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
     pending_bits_.erase(bit);
     cache_.touch(bit);
   }
-  hits.resize(n);
+  keep_spares(hits, n);
   if (is_root) update_stall_state(v, words);
 
   // 4. The full cycle, when any rank needs it.
@@ -234,6 +238,14 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
     HVD_RETURN_IF_ERROR(full_cycle(stall_report, out));
   }
   return Status::OK();
+}
+
+void Controller::keep_spares(std::vector<Response>& v, size_t from) {
+  constexpr size_t kMaxSpares = 4096;  // the default cache capacity: hits never exceed it
+  for (size_t i = from; i < v.size() && spare_extra_.size() < kMaxSpares; ++i) {
+    spare_extra_.push_back(std::move(v[i]));
+  }
+  v.resize(std::min(from, v.size()));
 }
 
 Status Controller::full_cycle(bool stall_report, CycleResult* out) {

@@ -129,7 +129,8 @@ class Controller {
   /// Hands back a finished cycle's responses: the next cycle copies its cached responses into
   /// these (their strings and shapes keep their room), instead of allocating every one anew.
   void recycle(std::vector<Response>&& used) {
-    if (used.size() > spare_responses_.size()) spare_responses_ = std::move(used);
+    if (used.size() > spare_responses_.size()) spare_responses_.swap(used);
+    keep_spares(used, 0);
   }
 
   /// The last cycle's request vector, emptied: the caller's next burst goes in it (it keeps
@@ -184,6 +185,11 @@ class Controller {
   bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
   std::vector<Response> spare_responses_;  // recycle()d, for the next cycle's cache hits
+  /// Responses beyond what a cycle used, kept with their strings' and shapes' room (a cycle
+  /// with more hits than the last takes them back instead of copy-constructing).
+  std::vector<Response> spare_extra_;
+  /// Moves v[from..] to spare_extra_ (up to a bound) and shrinks v to `from`.
+  void keep_spares(std::vector<Response>& v, size_t from);
   // Scratch of every cycle, kept for its room (a cycle of one tensor allocated ~20 times).
   std::vector<Request> spare_requests_;            // absorb()'s emptied input
   std::vector<uint64_t> words_;                    // the negotiated bit vector

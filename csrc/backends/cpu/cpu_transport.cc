@@ -64,7 +64,7 @@ Status CpuTransport::run_one(Batch& b, std::vector<TensorResult>* results) {
     case OpType::kBroadcast:
       s = b.root < 0 ? Status::InvalidArgument("root rank " + std::to_string(r.root) +
                                                " is not in the process set")
-                     : plane_->broadcast(t.output.data, t.output.nbytes(), b.root);
+                     : plane_->broadcast(t.output.data, t.nbytes(), b.root);
       break;
     case OpType::kBarrier: s = plane_->barrier(); break;
     case OpType::kAlltoall: s = alltoall(r, t, &(*results)[0]); break;
@@ -108,7 +108,7 @@ Status CpuTransport::allreduce_one(Batch& b) {
   }
   // No fusion: reduce straight in the output tensor, no copy (out of place: one copy in).
   if (t.output.data != t.input.data) {
-    std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.input.nbytes()));
+    std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.nbytes()));
   }
   return reduce_buffer(t.output.data, count, r);
 }
@@ -145,7 +145,7 @@ Status CpuTransport::allreduce_fused(Batch& b) {
   for (size_t k = 0; k < b.tensors.size(); ++k) {
     const BatchTensor& t = b.tensors[k];
     if (!t.present) continue;
-    std::memcpy(t.output.data, buf + b.plan.offsets[k], static_cast<size_t>(t.output.nbytes()));
+    std::memcpy(t.output.data, buf + b.plan.offsets[k], static_cast<size_t>(t.nbytes()));
   }
   if (b.phase) {
     const int64_t t3 = now_micros();

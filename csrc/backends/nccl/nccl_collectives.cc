@@ -192,7 +192,7 @@ Status NcclTransport::broadcast(const Response& r, int root, const BatchTensor& 
   if (root < 0) {
     return Status::InvalidArgument(ctx(c) + ": root rank " + std::to_string(r.root) + " is not in the set");
   }
-  const size_t bytes = static_cast<size_t>(e.output.nbytes());
+  const size_t bytes = static_cast<size_t>(e.nbytes());
   if (bytes == 0) return Status::OK();
   Comm& comm = *comm_;
   return nccl_group(comm, c, [&]() -> Status {

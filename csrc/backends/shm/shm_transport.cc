@@ -57,7 +57,7 @@ class ShmTransport : public Transport {
         break;
       case OpType::kBroadcast:
         phase = "SHM_BROADCAST";
-        out.status = shm_->broadcast(b.tensors[0].output.data, b.tensors[0].output.nbytes(), b.root);
+        out.status = shm_->broadcast(b.tensors[0].output.data, b.tensors[0].nbytes(), b.root);
         break;
       case OpType::kAllgather:
         phase = "SHM_ALLGATHER";
@@ -128,7 +128,7 @@ Status ShmTransport::allreduce(Batch& b) {
       continue;
     }
     if (t.output.data != t.input.data) {
-      std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.input.nbytes()));
+      std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.nbytes()));
     }
     scale_buffer(t.output.data, count, r0.dtype, r0.prescale);
     segs.push_back({t.output.data, count});
