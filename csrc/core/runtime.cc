@@ -48,6 +48,11 @@ Status Runtime::start(const InitOptions& options) {
   for (int r = 0; r < world_->size(); ++r) all[static_cast<size_t>(r)] = r;
   int id = 0;
   HVD_RETURN_IF_ERROR(add_process_set(all, &id));
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto it = sets_.find(0);
+    if (it != sets_.end()) global_set_ = it->second;  // fixed: find_set(0) reads it unlocked
+  }
   for (const auto& ranks : options.process_sets) {
     HVD_RETURN_IF_ERROR(add_process_set(ranks, &id));
   }
@@ -124,6 +129,7 @@ Status Runtime::check_config_agreement() {
 
 Runtime::~Runtime() {
   shutdown();
+  global_set_.reset();  // its planes release their communicators before the world goes
   timeline_.reset();
   world_.reset();
 }
@@ -215,6 +221,10 @@ Status Runtime::remove_process_set(int id) {
 }
 
 Status Runtime::find_set(int id, std::shared_ptr<ProcessSetState>* out) const {
+  if (id == 0 && global_set_) {  // every collective without a set: no lock, no map
+    *out = global_set_;
+    return Status::OK();
+  }
   std::lock_guard<std::mutex> lk(sets_mu_);
   auto it = sets_.find(id);
   if (it != sets_.end()) {

@@ -59,6 +59,10 @@ class Runtime {
   std::mutex collective_mu_;    // serializes add/remove_process_set (collective MPI calls)
   mutable std::mutex sets_mu_;  // never held across MPI calls
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only
+  /// sets_[0], set in start() before the runtime is published and never changed: find_set(0)
+  /// (every collective on the global set) takes it without sets_mu_. After shutdown() it is
+  /// a stopped set, whose enqueue() fails.
+  std::shared_ptr<ProcessSetState> global_set_;
   std::map<int, std::vector<int>> set_ranks_;        // guarded by sets_mu_; every set
   int next_set_id_ = 0;                              // guarded by collective_mu_
 };
