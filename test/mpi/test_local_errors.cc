@@ -155,3 +155,68 @@ TEST_CASE("process sets added from two threads at once", "[local_errors][process
     hvd::remove_process_set(ps);
   }
 }
+
+TEST_CASE("shape checks name the tensor and what differs; out-of-place results are exact",
+          "[local_errors]") {
+  // The input's shape moves into the request and the views keep none (docs/design.md): the
+  // checks read the request's shape and the transports size tensors from the response.
+  Session s;
+  const int n = hvd::size(), me = hvd::rank(), odd = n - 1;
+  hvd::AllreduceOptions sum;
+  sum.op = ReduceOp::kSum;
+  std::vector<float> in(12), out(12, -1.0f), small(4);
+  // A negative dimension on one rank.
+  if (me == odd) {
+    try {
+      hvd::allreduce_async("shape.neg", hvd::TensorView(in.data(), DataType::kFloat32, {3, -4}), sum);
+      FAIL_CHECK("a negative dimension was accepted");
+    } catch (const hvd::InvalidArgumentError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("negative dimension [3,-4]"));
+    }
+  } else {
+    const std::string m = error_of(
+        hvd::allreduce_async("shape.neg", hvd::TensorView(in.data(), DataType::kFloat32, {3, 4}), sum));
+    CHECK_THAT(m, Catch::Contains("'shape.neg'"));
+    CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
+    CHECK_THAT(m, Catch::Contains("negative dimension"));
+  }
+  // An output that does not match the input, on one rank.
+  const hvd::TensorView input(in.data(), DataType::kFloat32, {3, 4});
+  if (me == odd) {
+    try {
+      hvd::allreduce_async("shape.out", input, hvd::TensorView(small.data(), DataType::kFloat32, {4}),
+                           sum);
+      FAIL_CHECK("a mismatched output was accepted");
+    } catch (const hvd::InvalidArgumentError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("output float32[4] does not match input float32[3,4]"));
+    }
+  } else {
+    const std::string m = error_of(hvd::allreduce_async(
+        "shape.out", input, hvd::TensorView(out.data(), DataType::kFloat32, {3, 4}), sum));
+    CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
+    CHECK_THAT(m, Catch::Contains("does not match input"));
+  }
+  // Out of place, three tensors of different sizes at once (fused), twice (the second time
+  // from the response cache): every element of every output, inputs untouched.
+  const int64_t sizes[3] = {12, 5, 1};
+  std::vector<std::vector<float>> ins(3), outs(3);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<hvd::Handle> hs;
+    for (int t = 0; t < 3; ++t) {
+      ins[t].assign(static_cast<size_t>(sizes[t]), 0.0f);
+      for (int64_t k = 0; k < sizes[t]; ++k) ins[t][k] = static_cast<float>(me * 100 + t * 10 + k);
+      outs[t].assign(static_cast<size_t>(sizes[t]), -7.0f);
+      hs.push_back(hvd::allreduce_async(
+          "oop." + std::to_string(t), hvd::TensorView(ins[t].data(), DataType::kFloat32, {sizes[t]}),
+          hvd::TensorView(outs[t].data(), DataType::kFloat32, {sizes[t]}), sum));
+    }
+    for (auto& h : hs) wait_ok(h);
+    for (int t = 0; t < 3; ++t) {
+      for (int64_t k = 0; k < sizes[t]; ++k) {
+        const float want = static_cast<float>(100 * n * (n - 1) / 2 + n * (t * 10 + k));
+        CHECK(outs[t][k] == want);
+        CHECK(ins[t][k] == static_cast<float>(me * 100 + t * 10 + k));
+      }
+    }
+  }
+}
