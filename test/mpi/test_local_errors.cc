@@ -168,14 +168,15 @@ TEST_CASE("shape checks name the tensor and what differs; out-of-place results a
   // A negative dimension on one rank.
   if (me == odd) {
     try {
-      hvd::allreduce_async("shape.neg", hvd::TensorView(in.data(), DataType::kFloat32, {3, -4}), sum);
+      hvd::allreduce_async("shape.neg", hvd::TensorView(in.data(), DataType::kFloat32, {3, -4}),
+                           sum);
       FAIL_CHECK("a negative dimension was accepted");
     } catch (const hvd::InvalidArgumentError& e) {
       CHECK_THAT(e.what(), Catch::Contains("negative dimension [3,-4]"));
     }
   } else {
-    const std::string m = error_of(
-        hvd::allreduce_async("shape.neg", hvd::TensorView(in.data(), DataType::kFloat32, {3, 4}), sum));
+    const std::string m = error_of(hvd::allreduce_async(
+        "shape.neg", hvd::TensorView(in.data(), DataType::kFloat32, {3, 4}), sum));
     CHECK_THAT(m, Catch::Contains("'shape.neg'"));
     CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
     CHECK_THAT(m, Catch::Contains("negative dimension"));
@@ -184,8 +185,8 @@ TEST_CASE("shape checks name the tensor and what differs; out-of-place results a
   const hvd::TensorView input(in.data(), DataType::kFloat32, {3, 4});
   if (me == odd) {
     try {
-      hvd::allreduce_async("shape.out", input, hvd::TensorView(small.data(), DataType::kFloat32, {4}),
-                           sum);
+      hvd::allreduce_async("shape.out", input,
+                           hvd::TensorView(small.data(), DataType::kFloat32, {4}), sum);
       FAIL_CHECK("a mismatched output was accepted");
     } catch (const hvd::InvalidArgumentError& e) {
       CHECK_THAT(e.what(), Catch::Contains("output float32[4] does not match input float32[3,4]"));
@@ -207,7 +208,8 @@ TEST_CASE("shape checks name the tensor and what differs; out-of-place results a
       for (int64_t k = 0; k < sizes[t]; ++k) ins[t][k] = static_cast<float>(me * 100 + t * 10 + k);
       outs[t].assign(static_cast<size_t>(sizes[t]), -7.0f);
       hs.push_back(hvd::allreduce_async(
-          "oop." + std::to_string(t), hvd::TensorView(ins[t].data(), DataType::kFloat32, {sizes[t]}),
+          "oop." + std::to_string(t),
+          hvd::TensorView(ins[t].data(), DataType::kFloat32, {sizes[t]}),
           hvd::TensorView(outs[t].data(), DataType::kFloat32, {sizes[t]}), sum));
     }
     for (auto& h : hs) wait_ok(h);
