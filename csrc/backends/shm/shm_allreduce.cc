@@ -15,7 +15,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "backends/backoff.h"
 #include "backends/cpu/cpu_ops.h"
+#include "backends/shm/shm_segment.h"
 
 namespace hvd {
 namespace {
@@ -25,12 +27,6 @@ constexpr auto kDeadline = std::chrono::seconds(300);
 
 std::string shm_name(const std::string& tag, int rank) {
   return "/hvdcpp." + tag + "." + std::to_string(rank);
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
 }
 
 // The logical vector made of the caller's segments: visits the pieces of [lo, hi).
@@ -104,27 +100,12 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
   s->map_bytes_ = kHeaderBytes + 2 * static_cast<size_t>(chunk_bytes);
   s->maps_.assign(static_cast<size_t>(size), nullptr);
   const std::string name = shm_name(tag, rank);
-  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
-  // Reserve every page now: on a full /dev/shm this fails with ENOSPC, where ftruncate (a
-  // sparse file) would succeed and the first touch of a missing page would be a SIGBUS.
-  if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(s->map_bytes_)); e != 0) {
-    close(fd);
-    shm_unlink(name.c_str());
-    return Status::Backend("reserving " + std::to_string(s->map_bytes_) + " bytes for " + name +
-                           " in /dev/shm failed: " + std::strerror(e) +
-                           (e == ENOSPC ? " (/dev/shm is too small: the job needs " +
-                                              std::to_string(s->map_bytes_) +
-                                              " bytes there per rank; lower "
-                                              "HOROVOD_CPP_SHM_CHUNK_BYTES or enlarge /dev/shm)"
-                                        : std::string()));
-  }
-  void* p = mmap(nullptr, s->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    shm_unlink(name.c_str());
-    return Status::Backend("mmap(" + name + "): " + std::strerror(errno));
-  }
+  void* p = nullptr;
+  HVD_RETURN_IF_ERROR(create_segment(
+      name, s->map_bytes_,
+      " (/dev/shm is too small: the job needs " + std::to_string(s->map_bytes_) +
+          " bytes there per rank; lower HOROVOD_CPP_SHM_CHUNK_BYTES or enlarge /dev/shm)",
+      &p));
   Header* h = new (p) Header();
   for (auto& c : h->counter) c.store(0, std::memory_order_relaxed);
   h->buffer = 0;
@@ -138,12 +119,8 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
 Status ShmAllreduce::attach() {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    const std::string name = shm_name(tag_, r);
-    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
-    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) return Status::Backend("mmap(" + name + "): " + std::strerror(errno));
+    void* p = nullptr;
+    HVD_RETURN_IF_ERROR(open_segment(shm_name(tag_, r), map_bytes_, &p));
     maps_[static_cast<size_t>(r)] = static_cast<unsigned char*>(p);
   }
   return Status::OK();
@@ -190,28 +167,13 @@ Status ShmAllreduce::wait_all(int which, uint64_t target) {
 Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
   std::atomic<uint64_t>& c = header(r)->counter[which];
   if (c.load(std::memory_order_acquire) >= target) return Status::OK();
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  constexpr auto kSpin = std::chrono::milliseconds(1);
-  long sleep_ns = 5 * 1000;
-  unsigned polls = 0;
+  Backoff wait(std::chrono::milliseconds(1), 63, yield_core_);
   while (c.load(std::memory_order_acquire) < target) {
-    if ((++polls & 63u) != 0) {
-      cpu_relax();
-      continue;
-    }
-    const auto now = clock::now();
-    if (now - start < kSpin) {
-      if (yield_core_) sched_yield();
-      continue;
-    }
-    if (now - start > kDeadline) {
+    wait.pause();
+    if (wait.elapsed() > kDeadline) {
       return Status::Backend("shared memory: rank " + std::to_string(r) + " did not arrive within " +
                              std::to_string(static_cast<long long>(kDeadline.count())) + " s");
     }
-    timespec ts{0, sleep_ns};
-    nanosleep(&ts, nullptr);
-    sleep_ns = std::min(sleep_ns * 2, 200L * 1000);
   }
   return Status::OK();
 }

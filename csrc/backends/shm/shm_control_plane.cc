@@ -8,11 +8,12 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <new>
 
+#include "backends/backoff.h"
+#include "backends/shm/shm_segment.h"
 #include "backends/shm/shm_setup.h"
 #include "common/logging.h"
 
@@ -20,12 +21,6 @@ namespace hvd {
 namespace {
 
 constexpr size_t kLine = 64;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 class ShmControlPlane : public ControlPlane {
  public:
@@ -91,25 +86,8 @@ Status ShmControlPlane::allreduce_and(std::vector<uint64_t>* words) {
 void ShmControlPlane::wait_round(int r, uint64_t round) const {
   const std::atomic<uint64_t>& c = round_of(r);
   if (c.load(std::memory_order_acquire) >= round) return;
-  using clock = std::chrono::steady_clock;
-  constexpr auto kSpin = std::chrono::microseconds(50);
-  const auto start = clock::now();
-  long sleep_ns = 5 * 1000;
-  unsigned polls = 0;
-  const unsigned every = yield_core_ ? 15u : 63u;
-  while (c.load(std::memory_order_acquire) < round) {
-    if ((++polls & every) != 0) {
-      cpu_relax();
-      continue;
-    }
-    if (clock::now() - start < kSpin) {
-      if (yield_core_) sched_yield();
-      continue;
-    }
-    timespec ts{0, sleep_ns};
-    nanosleep(&ts, nullptr);
-    sleep_ns = std::min(sleep_ns * 2, 200L * 1000);
-  }
+  Backoff wait(std::chrono::microseconds(50), yield_core_ ? 15u : 63u, yield_core_);
+  while (c.load(std::memory_order_acquire) < round) wait.pause();
 }
 
 // Rank 0 creates and reserves the segment of `size` slots and starts every slot's round
@@ -118,44 +96,29 @@ void ShmControlPlane::wait_round(int r, uint64_t round) const {
 unsigned char* map_segment(MPI_Comm comm, int rank, int size, size_t slot, const std::string& name,
                            std::string* why_not) {
   const size_t bytes = slot * static_cast<size_t>(size);
-  void* p = MAP_FAILED;
+  void* p = nullptr;
   std::string error;
-  bool named = false;  // rank 0: the name exists and must go
   if (rank == 0) {
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) {
-      error = "shm_open(" + name + "): " + std::strerror(errno);
-    } else {
-      named = true;
-      // posix_fallocate: a full /dev/shm fails here, not with a SIGBUS at the first touch.
-      if (const int e = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); e != 0) {
-        error = "reserving " + std::to_string(bytes) + " bytes for " + name +
-                " in /dev/shm: " + std::strerror(e);
-      } else {
-        p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) error = "mmap(" + name + "): " + std::strerror(errno);
+    Status s = create_segment(name, bytes, "", &p);
+    if (s.ok()) {
+      unsigned char* base = static_cast<unsigned char*>(p);
+      for (int r = 0; r < size; ++r) {
+        new (base + static_cast<size_t>(r) * slot) std::atomic<uint64_t>(0);
       }
-      close(fd);
-    }
-    for (int r = 0; p != MAP_FAILED && r < size; ++r) {
-      new (static_cast<unsigned char*>(p) + static_cast<size_t>(r) * slot) std::atomic<uint64_t>(0);
+    } else {
+      error = s.message();
     }
   }
+  const bool named = rank == 0 && error.empty();  // the name exists and must go
   const bool created = all_agree(comm, error.empty());
   if (created && rank != 0) {
-    const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
-      error = "shm_open(" + name + "): " + std::strerror(errno);
-    } else {
-      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (p == MAP_FAILED) error = "mmap(" + name + "): " + std::strerror(errno);
-      close(fd);
-    }
+    Status s = open_segment(name, bytes, &p);
+    if (!s.ok()) error = s.message();
   }
   const bool mapped = created && all_agree(comm, error.empty());
   if (named) shm_unlink(name.c_str());  // every rank has mapped it, or none will
   if (!mapped) {
-    if (p != MAP_FAILED) munmap(p, bytes);
+    if (p) munmap(p, bytes);
     *why_not = !error.empty() ? error : "another rank could not map the negotiation segment";
     return nullptr;
   }
