@@ -52,13 +52,15 @@ struct Config {
   int64_t shm_min_bytes = 0;
   /// HOROVOD_CPP_SHM_CHUNK_BYTES (default 1 MiB): bytes per pipelined shared-memory step.
   int64_t shm_chunk_bytes = 1024 * 1024;
-  /// HOROVOD_CPP_SHM_SINGLE_COPY_BYTES (default 32 KiB; 0 = never) and
+  /// HOROVOD_CPP_SHM_SINGLE_COPY_BYTES (default 0 = never) and
   /// HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES (default 256 KiB; 0 = no limit): broadcasts of at
   /// least the first, and allgathers and alltoalls (longest block x ranks) of at least 8 times
   /// it, and less than the second are read straight from the peer's memory (process_vm_readv,
   /// one copy) when every rank can; the others go through the shared segment (two copies, in
-  /// cache, in slot-sized rounds).
-  int64_t shm_single_copy_bytes = 32 * 1024;
+  /// cache, in rounds that move through the slots like a ring). Since the rounds do, the two
+  /// copies beat process_vm_readv at every size on the benchmark machine (benchmarks.md,
+  /// round eleven): single copies are for machines where they do not.
+  int64_t shm_single_copy_bytes = 0;
   int64_t shm_single_copy_max_bytes = 256 * 1024;
   /// HOROVOD_CPP_SHM_GATHER_MAX_BYTES (default 0 = no limit): broadcasts, allgathers and
   /// alltoalls of more bytes per rank than this use MPI instead of shared memory.

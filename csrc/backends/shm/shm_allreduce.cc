@@ -142,8 +142,21 @@ ShmAllreduce::Header* ShmAllreduce::header(int rank) const {
   return reinterpret_cast<Header*>(maps_[static_cast<size_t>(rank)]);
 }
 
-unsigned char* ShmAllreduce::slot(int rank, int which) const {
-  return maps_[static_cast<size_t>(rank)] + kHeaderBytes + static_cast<size_t>(which) * static_cast<size_t>(chunk_bytes_);
+ShmAllreduce::Round ShmAllreduce::next_round(int64_t bytes) {
+  Round r;
+  r.s = step_++;
+  r.which = static_cast<int>(r.s % 2);
+  int64_t& cursor = cursor_[r.which];
+  const int64_t need = (bytes + 63) / 64 * 64;  // rounds start on cache lines of their own
+  if (cursor + need > chunk_bytes_) cursor = 0;
+  r.at = cursor;
+  cursor += need;
+  return r;
+}
+
+unsigned char* ShmAllreduce::slot(int rank, const Round& r) const {
+  return maps_[static_cast<size_t>(rank)] + kHeaderBytes +
+         static_cast<size_t>(r.which) * static_cast<size_t>(chunk_bytes_) + static_cast<size_t>(r.at);
 }
 
 void ShmAllreduce::signal(int which, uint64_t value) {
@@ -224,10 +237,10 @@ Status ShmAllreduce::allreduce_whole(const std::vector<Segment>& segs, DataType 
                                      ReduceOp op, double scale, int64_t divisor) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const Pieces pieces(segs, esize);
-  const uint64_t s = step_++;
-  const int which = static_cast<int>(s % 2);
+  const Round rd = next_round(pieces.total() * esize);
+  const uint64_t s = rd.s;
   if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
-  unsigned char* mine = slot(rank_, which);
+  unsigned char* mine = slot(rank_, rd);
   pieces.each(0, pieces.total(), [&](unsigned char* p, int64_t cnt, int64_t off) {
     std::memcpy(mine + off * esize, p, static_cast<size_t>(cnt * esize));
   });
@@ -237,8 +250,8 @@ Status ShmAllreduce::allreduce_whole(const std::vector<Segment>& segs, DataType 
   // rank gets the same bits, and the same as the chunked path's.
   pieces.each(0, pieces.total(), [&](unsigned char* p, int64_t cnt, int64_t off) {
     const int64_t at = off * esize;
-    reduce_to(p, slot(0, which) + at, slot(1, which) + at, cnt, dtype, op);
-    for (int j = 2; j < size_; ++j) reduce_into(p, slot(j, which) + at, cnt, dtype, op);
+    reduce_to(p, slot(0, rd) + at, slot(1, rd) + at, cnt, dtype, op);
+    for (int j = 2; j < size_; ++j) reduce_into(p, slot(j, rd) + at, cnt, dtype, op);
     finish(p, cnt, dtype, scale, divisor);
   });
   signal(kReduced, s + 1);
@@ -260,15 +273,15 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
 
   for (int64_t base = 0; base < total; base += chunk) {
     const int64_t len = std::min(chunk, total - base);
-    const uint64_t s = step_++;
-    const int which = static_cast<int>(s % 2);
+    const Round rd = next_round(len * esize);
+    const uint64_t s = rd.s;
     auto share_lo = [&](int j) { return base + len * j / n; };
 
     // The slot was last used two chunks ago: every peer must have collected from it.
     if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
 
     // 1. publish the peers' shares
-    unsigned char* mine = slot(me, which);
+    unsigned char* mine = slot(me, rd);
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       pieces.each(share_lo(j), share_lo(j + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
@@ -288,7 +301,7 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
     const bool in_buffer = me == 0 || (me == 1 && commutes);
     pieces.each(share_lo(me), share_lo(me + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
       const int64_t at = (off - base) * esize;
-      auto x = [&](int j) -> const unsigned char* { return j == me ? p : slot(j, which) + at; };
+      auto x = [&](int j) -> const unsigned char* { return j == me ? p : slot(j, rd) + at; };
       unsigned char* acc = in_buffer ? p : mine + at;
       reduce_to(acc, in_buffer ? p : x(0), in_buffer ? x(1 - me) : x(1), cnt, dtype, op);
       for (int j = 2; j < n; ++j) reduce_into(acc, x(j), cnt, dtype, op);
@@ -301,7 +314,7 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
     // 3. collect every peer's reduced share
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
-      const unsigned char* src = slot(j, which);
+      const unsigned char* src = slot(j, rd);
       pieces.each(share_lo(j), share_lo(j + 1), [&](unsigned char* p, int64_t cnt, int64_t off) {
         std::memcpy(p, src + (off - base) * esize, static_cast<size_t>(cnt * esize));
       });

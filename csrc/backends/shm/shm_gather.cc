@@ -10,9 +10,10 @@
 // That is two copies per byte, where a read straight from the peer's memory is one; but a
 // piece stays in cache between the two and a round costs two flag writes, while
 // process_vm_readv (Open MPI's CMA) pins and copies the peer's pages one by one: on the
-// benchmark machine about 8 GB/s, so two in-cache copies in slot-sized rounds beat it from a
-// few hundred KiB up (docs/benchmarks.md, round nine). Blocks in the single-copy window (set
-// at setup when the probe found process_vm_readv usable on every rank) go in one round
+// benchmark machine about 8 GB/s, so two in-cache copies beat it (docs/benchmarks.md, rounds
+// nine and eleven; at 32-128 KiB only since rounds move through the slots like a ring,
+// next_round()). Blocks in the single-copy window (off by default; set at setup when the
+// probe found process_vm_readv usable on every rank) go in one round
 // instead: every source publishes its buffer's address, the readers copy from it with
 // process_vm_readv, and each source waits until every reader is done before it returns (its
 // buffer must not change under them).
@@ -72,15 +73,15 @@ Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
   const int64_t per = chunk_bytes_;
   for (int64_t lo = 0; lo < bytes; lo += per) {
     const int64_t len = std::min(per, bytes - lo);
-    const uint64_t s = step_++;
-    const int which = static_cast<int>(s % 2);
+    const Round rd = next_round(len);
+    const uint64_t s = rd.s;
     if (rank_ == root) {
       if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));  // slot free again
-      std::memcpy(slot(root, which), p + lo, static_cast<size_t>(len));
+      std::memcpy(slot(root, rd), p + lo, static_cast<size_t>(len));
       signal(kPublished, s + 1);
     } else {
       HVD_RETURN_IF_ERROR(wait_rank(root, kPublished, s + 1));
-      std::memcpy(p + lo, slot(root, which), static_cast<size_t>(len));
+      std::memcpy(p + lo, slot(root, rd), static_cast<size_t>(len));
     }
     signal(kCollected, s + 1);
   }
@@ -100,11 +101,11 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
     return read_round(in, {}, bytes, dst, at);
   }
   for (int64_t lo = 0; lo < longest; lo += per) {
-    const uint64_t s = step_++;
-    const int which = static_cast<int>(s % 2);
+    const Round rd = next_round(std::min(per, longest - lo));
+    const uint64_t s = rd.s;
     if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
     const int64_t len = piece(mine, lo, per);
-    if (len > 0) std::memcpy(slot(me, which), src + lo, static_cast<size_t>(len));
+    if (len > 0) std::memcpy(slot(me, rd), src + lo, static_cast<size_t>(len));
     signal(kPublished, s + 1);
     // My own block goes straight from the input, while the peers copy my piece.
     if (len > 0)
@@ -113,7 +114,7 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
       const int64_t lj = piece(bytes[static_cast<size_t>(j)], lo, per);
       if (j == me || lj == 0) continue;
       HVD_RETURN_IF_ERROR(wait_rank(j, kPublished, s + 1));
-      std::memcpy(dst + at[static_cast<size_t>(j)] + lo, slot(j, which), static_cast<size_t>(lj));
+      std::memcpy(dst + at[static_cast<size_t>(j)] + lo, slot(j, rd), static_cast<size_t>(lj));
     }
     signal(kCollected, s + 1);
   }
@@ -128,28 +129,30 @@ Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send,
   unsigned char* dst = static_cast<unsigned char*>(out);
   const std::vector<int64_t> sat = displacements(send);
   const std::vector<int64_t> rat = displacements(recv);
-  // The slot holds one piece per destination (on cache lines of its own where they fit).
+  // The slot holds one piece per destination (on cache lines of its own where they fit),
+  // `stride` apart: a round takes no more of the slot than its longest block needs.
   int64_t per = chunk_bytes_ / n;
   per = per >= 64 ? per / 64 * 64 : std::max<int64_t>(1, per);
+  const int64_t stride = std::min(per, (longest + 63) / 64 * 64);
   const size_t m = static_cast<size_t>(me);
   if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
   if (use_single_copy(longest * n, kGatherFactor)) return read_round(in, from, recv, dst, rat);
   for (int64_t lo = 0; lo < longest; lo += per) {
-    const uint64_t s = step_++;
-    const int which = static_cast<int>(s % 2);
+    const Round rd = next_round(n * stride);
+    const uint64_t s = rd.s;
     if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
-    unsigned char* mine = slot(me, which);
+    unsigned char* mine = slot(me, rd);
     for (int j = 0; j < n; ++j) {
       const int64_t len = piece(send[static_cast<size_t>(j)], lo, per);
       if (j == me || len == 0) continue;
-      std::memcpy(mine + j * per, src + sat[static_cast<size_t>(j)] + lo, static_cast<size_t>(len));
+      std::memcpy(mine + j * stride, src + sat[static_cast<size_t>(j)] + lo, static_cast<size_t>(len));
     }
     signal(kPublished, s + 1);
     for (int j = 0; j < n; ++j) {
       const int64_t len = piece(recv[static_cast<size_t>(j)], lo, per);
       if (j == me || len == 0) continue;
       HVD_RETURN_IF_ERROR(wait_rank(j, kPublished, s + 1));
-      std::memcpy(dst + rat[static_cast<size_t>(j)] + lo, slot(j, which) + me * per,
+      std::memcpy(dst + rat[static_cast<size_t>(j)] + lo, slot(j, rd) + me * stride,
                   static_cast<size_t>(len));
     }
     signal(kCollected, s + 1);

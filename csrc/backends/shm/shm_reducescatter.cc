@@ -34,18 +34,20 @@ Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<
     return std::max<int64_t>(0, std::min(per, counts[static_cast<size_t>(r)] - lo));
   };
 
+  // Pieces lie `stride` elements apart in the slot: a round takes no more than it needs.
+  const int64_t stride = std::min(per, longest);
   for (int64_t lo = 0; lo < longest; lo += per) {
-    const uint64_t s = step_++;
-    const int which = static_cast<int>(s % 2);
+    const Round rd = next_round(n * stride * esize);
+    const uint64_t s = rd.s;
     // The slot was last used two rounds ago: every peer must have read it.
     if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
 
     // 1. publish, prescaled, the piece of every peer's block
-    unsigned char* mine = slot(me, which);
+    unsigned char* mine = slot(me, rd);
     for (int j = 0; j < n; ++j) {
       const int64_t cnt = piece(j, lo);
       if (j == me || cnt == 0) continue;
-      unsigned char* at = mine + j * per * esize;
+      unsigned char* at = mine + j * stride * esize;
       std::memcpy(at, src + (offset[static_cast<size_t>(j)] + lo) * esize, static_cast<size_t>(cnt * esize));
       scale_buffer(at, cnt, dtype, prescale);  // no-op for 1
     }
@@ -60,12 +62,12 @@ Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<
       unsigned char* p = dst + lo * esize;
       const unsigned char* own = src + (offset[static_cast<size_t>(me)] + lo) * esize;
       if (prescale != 1.0) {
-        unsigned char* scaled = mine + me * per * esize;
+        unsigned char* scaled = mine + me * stride * esize;
         std::memcpy(scaled, own, static_cast<size_t>(cnt * esize));
         scale_buffer(scaled, cnt, dtype, prescale);
         own = scaled;
       }
-      auto x = [&](int j) -> const unsigned char* { return j == me ? own : slot(j, which) + me * per * esize; };
+      auto x = [&](int j) -> const unsigned char* { return j == me ? own : slot(j, rd) + me * stride * esize; };
       reduce_to(p, x(0), x(1), cnt, dtype, op);  // a segment set has >= 2 ranks (shm_setup.cc)
       for (int j = 2; j < n; ++j) reduce_into(p, x(j), cnt, dtype, op);
       if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it

@@ -21,7 +21,9 @@ Status create_segment(const std::string& name, size_t bytes, const std::string& 
                            " in /dev/shm failed: " + std::strerror(e) +
                            (e == ENOSPC ? enospc_hint : std::string()));
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  // MAP_POPULATE: every page is mapped now, not at its first touch in a collective (rounds
+  // move through the whole segment; a first touch costs a fault per page and process).
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int mmap_errno = errno;
   close(fd);
   if (p == MAP_FAILED) {
@@ -35,7 +37,7 @@ Status create_segment(const std::string& name, size_t bytes, const std::string& 
 Status open_segment(const std::string& name, size_t bytes, void** out) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int mmap_errno = errno;
   close(fd);
   if (p == MAP_FAILED) return Status::Backend("mmap(" + name + "): " + std::strerror(mmap_errno));
