@@ -214,6 +214,99 @@ TEST_CASE("broadcast, allgather and alltoall at every size class, uneven blocks"
   }
 }
 
+TEST_CASE("rounds of changing sizes, one after another, land where every rank reads them",
+          "[allreduce][broadcast][allgather][alltoall][reducescatter][shm]") {
+  // Rounds of 8 KiB and more move through their slot like a ring, each placed after the last
+  // (ShmAllreduce::next_round): the sizes below change from call to call (1-80 K elements per
+  // rank), so a rank that placed one round differently from its peers would read stale or
+  // foreign bytes from then on.
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  auto val = [](int r, int64_t i, int k) {
+    return static_cast<int32_t>((r * 131 + i * 7 + k * 13) % 1009);
+  };
+  uint32_t lcg = 12345;
+  for (int k = 0; k < 60; ++k) {
+    lcg = lcg * 1103515245u + 12345u;
+    const int64_t count = 1000 + static_cast<int64_t>((lcg >> 8) % 80000);  // per rank
+    const std::string tag = "ring." + std::to_string(k);
+    INFO(tag << ": " << count << " elements per rank");
+    int64_t bad = 0;
+    switch (k % 5) {
+      case 0: {  // allreduce (sum)
+        std::vector<int32_t> b(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) b[static_cast<size_t>(i)] = val(me, i, k);
+        hvd::AllreduceOptions o;
+        o.op = ReduceOp::kSum;
+        hvd::allreduce(tag, hvd::TensorView(b.data(), DataType::kInt32, {count}), o);
+        for (int64_t i = 0; i < count; ++i) {
+          int64_t want = 0;
+          for (int r = 0; r < n; ++r) want += val(r, i, k);
+          bad += b[static_cast<size_t>(i)] != want;
+        }
+        break;
+      }
+      case 1: {  // broadcast from a root that changes
+        const int root = k % n;
+        std::vector<int32_t> b(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) b[static_cast<size_t>(i)] = val(me, i, k);
+        hvd::broadcast(tag, hvd::TensorView(b.data(), DataType::kInt32, {count}), root);
+        for (int64_t i = 0; i < count; ++i) bad += b[static_cast<size_t>(i)] != val(root, i, k);
+        break;
+      }
+      case 2: {  // allgather, rank r contributing count + r * 97 elements
+        auto len = [&](int r) { return count + r * 97; };
+        std::vector<int32_t> in(static_cast<size_t>(len(me)));
+        for (int64_t i = 0; i < len(me); ++i) in[static_cast<size_t>(i)] = val(me, i, k);
+        hvd::Tensor g = hvd::allgather(tag, hvd::TensorView(in.data(), DataType::kInt32, {len(me)}));
+        int64_t at = 0;
+        for (int r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < len(r); ++i) bad += g.data_as<int32_t>()[at + i] != val(r, i, k);
+          at += len(r);
+        }
+        CHECK(at == g.numel());
+        break;
+      }
+      case 3: {  // alltoall, count / n elements from every rank to every rank, plus src + dst
+        auto split = [&](int src, int dst) { return count / n + src + dst; };
+        std::vector<int64_t> splits(static_cast<size_t>(n));
+        int64_t total = 0;
+        for (int r = 0; r < n; ++r) total += splits[static_cast<size_t>(r)] = split(me, r);
+        std::vector<int32_t> a(static_cast<size_t>(total));
+        int64_t at = 0;
+        for (int r = 0; r < n; ++r) {
+          for (int64_t j = 0; j < split(me, r); ++j) a[static_cast<size_t>(at + j)] = val(me, r * 7919 + j, k);
+          at += split(me, r);
+        }
+        auto res = hvd::alltoall(tag, hvd::TensorView(a.data(), DataType::kInt32, {total}), splits);
+        at = 0;
+        for (int r = 0; r < n; ++r) {
+          for (int64_t j = 0; j < split(r, me); ++j) bad += res.output.data_as<int32_t>()[at + j] != val(r, me * 7919 + j, k);
+          at += split(r, me);
+        }
+        CHECK(at == res.output.numel());
+        break;
+      }
+      default: {  // reducescatter (sum) of count * n elements: rank r keeps block r
+        const int64_t rows = count / 8 * n;  // 8 columns; rows divide evenly
+        std::vector<int32_t> in(static_cast<size_t>(rows * 8));
+        for (int64_t i = 0; i < rows * 8; ++i) in[static_cast<size_t>(i)] = val(me, i, k);
+        hvd::ReducescatterOptions o;
+        o.op = ReduceOp::kSum;
+        hvd::Tensor out = hvd::reducescatter(tag, hvd::TensorView(in.data(), DataType::kInt32, {rows, 8}), o);
+        const int64_t mine = rows / n * 8, first = me * mine;
+        REQUIRE(out.numel() == mine);
+        for (int64_t i = 0; i < mine; ++i) {
+          int64_t want = 0;
+          for (int r = 0; r < n; ++r) want += val(r, first + i, k);
+          bad += out.data_as<int32_t>()[i] != want;
+        }
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
 namespace {
 
 // Rank r's element i: magnitudes 2^-12 .. 2^11 and both signs, so a float sum depends on the

@@ -146,6 +146,10 @@ ShmAllreduce::Round ShmAllreduce::next_round(int64_t bytes) {
   Round r;
   r.s = step_++;
   r.which = static_cast<int>(r.s % 2);
+  if (bytes < kRingMinBytes) {  // a few lines: rewritten in place, they stay at hand
+    r.at = 0;
+    return r;
+  }
   int64_t& cursor = cursor_[r.which];
   const int64_t need = (bytes + 63) / 64 * 64;  // rounds start on cache lines of their own
   if (cursor + need > chunk_bytes_) cursor = 0;

@@ -154,6 +154,10 @@ class ShmAllreduce {
   /// ago). Safe anywhere in the slot: a slot is rewritten only once every peer has collected
   /// the round before the last.
   Round next_round(int64_t bytes);
+  /// Rounds below this many bytes all start at their slot's first byte: rewriting a few lines
+  /// in place measured faster than fresh lines each round (broadcast 4 KiB 0.55x MPI in place,
+  /// 0.79x through the ring), while from 8 KiB up the ring wins.
+  static constexpr int64_t kRingMinBytes = 8 * 1024;
   unsigned char* slot(int rank, const Round& r) const;
   Header* header(int rank) const;
 
