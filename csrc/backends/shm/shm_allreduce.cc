@@ -1,18 +1,14 @@
 // Copyright horovod_cpp authors.
 #include "backends/shm/shm_allreduce.h"
 
-#include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 
 #include "backends/backoff.h"

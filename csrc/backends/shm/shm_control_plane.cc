@@ -1,11 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "backends/shm/shm_control_plane.h"
 
-#include <fcntl.h>
-#include <sched.h>
 #include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>

@@ -5,7 +5,7 @@
 // per rank on average, so every rank decides alike), when every member of the set is on this
 // host; barriers and smaller reductions fall through to the next transport (MPI), and so do
 // broadcasts, allgathers and alltoalls above HOROVOD_CPP_SHM_GATHER_MAX_BYTES when it is set
-// (no limit by default: two copies in slot-sized rounds beat MPI at every size measured).
+// (no limit by default: two copies through the segment beat MPI at every size measured).
 // Reduces the tensors where they are: no fusion buffer, Average/postscale applied while the
 // result is written; reducescatters never copy their input for a prescale.
 #pragma once
