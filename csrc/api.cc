@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
-#include <unordered_set>
 
 #include "common/logging.h"
 #include "common/fatal.h"
+#include "common/name_index.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
 #include "core/timeline.h"
@@ -55,6 +55,7 @@ class Submission {
     entries_.swap(spare_entries());
   }
   ~Submission() {
+    if (names_used_) spare_names().clear();
     // Gives the vector's room back for this thread's next call (small ones only: a large
     // group's room is not worth keeping).
     entries_.clear();
@@ -136,16 +137,21 @@ class Submission {
   Handle submit(const std::string& handle_name) {
     for (size_t i : unnamed_) entries_[i].request.name = set_->auto_name(entries_[i].request.op);
     if (grouped_) {
-      // A short key that every rank derives alike from the members' names (FNV-1a over them),
-      // so requests stay small however large the group.
+      // A key that every rank derives alike from the op, the group's size and the members'
+      // names (FNV-1a over them), so requests stay small however large the group: 15
+      // characters, which std::string holds without an allocation (every member carries a
+      // copy, and a thousand-member group's longer keys cost a malloc per member per step).
       uint64_t h = 1469598103934665603ull;
+      const auto mix = [&h](unsigned char c) { h = (h ^ c) * 1099511628211ull; };
+      mix(static_cast<unsigned char>(entries_.front().request.op));
+      for (size_t n = entries_.size(); n > 0; n >>= 8) mix(static_cast<unsigned char>(n & 0xff));
       for (const auto& e : entries_) {
-        for (unsigned char c : e.request.name) h = (h ^ c) * 1099511628211ull;
-        h *= 1099511628211ull;  // the terminating zero byte: (h ^ 0) * prime
+        for (unsigned char c : e.request.name) mix(c);
+        mix(0);  // the terminating zero byte
       }
-      const std::string key = std::string(op_type_name(entries_.front().request.op)) +
-                              " group '" + entries_.front().request.name + "' +" +
-                              std::to_string(entries_.size() - 1) + " #" + std::to_string(h);
+      static const char kHex[] = "0123456789abcdef";
+      std::string key = "g";  // then the hash's low 56 bits in hex
+      for (int shift = 52; shift >= 0; shift -= 4) key += kHex[(h >> shift) & 0xf];
       for (auto& e : entries_) {
         e.request.group = key;
         e.request.group_size = static_cast<int32_t>(entries_.size());
@@ -186,18 +192,20 @@ class Submission {
   Handle submit() { return submit(entries_.front().request.name); }
 
  private:
-  /// False if `name` was already added to this submission. The set of names is built only
-  /// when a second tensor is added: single-tensor calls (the common case) allocate nothing.
+  /// False if `name` was already added to this submission. The index of names is filled
+  /// only when a second tensor is added: single-tensor calls (the common case) touch nothing.
   bool unique_name(const std::string& name) {
     if (entries_.empty()) return true;
-    if (names_.empty()) {
+    NameIndex& names = spare_names();
+    if (!names_used_) {
+      names_used_ = true;
       for (size_t i = 0; i < entries_.size(); ++i) {
         if (std::find(unnamed_.begin(), unnamed_.end(), i) == unnamed_.end()) {
-          names_.insert(entries_[i].request.name);
+          names.insert(entries_[i].request.name, 0);
         }
       }
     }
-    return names_.insert(name).second;
+    return names.insert(name, 0);
   }
 
   // The input view `t`, whose shape is now the request's.
@@ -225,7 +233,7 @@ class Submission {
   std::vector<TensorEntry> entries_;
   std::vector<TensorEntry> dropped_;       // a name's second occurrence, never submitted
   std::string error_;                      // the first local failure; empty if none
-  std::unordered_set<std::string> names_;  // duplicates within one submission (2+ tensors)
+  bool names_used_ = false;                // spare_names() holds this submission's names
   std::vector<size_t> unnamed_;            // entries to number at submit()
   bool grouped_ = false;
   std::shared_ptr<detail::HandleState> state_;
@@ -236,6 +244,12 @@ class Submission {
   static std::vector<TensorEntry>& spare_entries() {
     thread_local std::vector<TensorEntry> spare;
     return spare;
+  }
+  /// Likewise an index of names per thread, for duplicates within a group (emptied after
+  /// each submission that used it, keeping its room and its strings').
+  static NameIndex& spare_names() {
+    thread_local NameIndex names;
+    return names;
   }
 };
 

@@ -65,17 +65,36 @@ void Controller::absorb(std::vector<Request> incoming) {
   }
   // Requests of one group are looked up together: the group is cached only if every member
   // is a clean hit; otherwise all its members go in full and their hits are invalidated.
+  // A group's members are enqueued together, so they come as a run of equal keys: a key is
+  // hashed once per run (not per member), and only when the requests hold several runs.
   std::vector<char>& group_clean = group_clean_;
   group_clean.assign(n, 1);
-  std::unordered_map<std::string_view, std::vector<size_t>> groups;  // views of the names
-  for (size_t i = 0; i < n; ++i) {
-    if (!incoming[i].group.empty()) groups[incoming[i].group].push_back(i);
+  std::vector<std::pair<size_t, size_t>>& runs = group_runs_;  // [begin, end) of one key
+  runs.clear();
+  for (size_t i = 0; i < n;) {
+    size_t j = i + 1;
+    if (!incoming[i].group.empty()) {
+      while (j < n && incoming[j].group == incoming[i].group) ++j;
+      runs.emplace_back(i, j);
+    }
+    i = j;
   }
-  for (auto& [key, members] : groups) {
-    const bool clean = std::all_of(members.begin(), members.end(),
-                                   [&](size_t i) { return clean_hit[i] != 0; });
-    if (clean) continue;
-    for (size_t i : members) {
+  const auto run_clean = [&](const std::pair<size_t, size_t>& run) {
+    for (size_t i = run.first; i < run.second; ++i) {
+      if (!clean_hit[i]) return false;
+    }
+    return true;
+  };
+  std::unordered_map<std::string_view, bool> key_clean;  // views of the names; 2+ runs only
+  if (runs.size() > 1) {
+    for (const auto& run : runs) {
+      auto [it, fresh] = key_clean.try_emplace(incoming[run.first].group, true);
+      it->second = it->second && run_clean(run);
+    }
+  }
+  for (const auto& run : runs) {
+    if (runs.size() > 1 ? key_clean[incoming[run.first].group] : run_clean(run)) continue;
+    for (size_t i = run.first; i < run.second; ++i) {
       group_clean[i] = 0;
       if (bit_of[i]) invalid_bits_.insert(*bit_of[i]);
     }
@@ -216,7 +235,9 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
     const Response& r = cache_.at(bit);
     if (!r.group.empty() && count_of(r.group) < r.group_size) continue;  // wait for siblings
     if (n < hits.size()) {
-      hits[n] = r;
+      // In steady state the same bits are ready in the same order every cycle: the spare at
+      // n is usually this very entry's copy from the last cycle (3 strings, 3 vectors).
+      if (hits[n].cache_stamp != r.cache_stamp) hits[n] = r;
     } else if (!spare_extra_.empty()) {
       hits.push_back(std::move(spare_extra_.back()));
       spare_extra_.pop_back();

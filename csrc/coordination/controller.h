@@ -196,6 +196,7 @@ class Controller {
   std::vector<uint32_t> ready_;                    // bits ready everywhere
   std::vector<std::optional<uint32_t>> bit_of_;    // absorb(): each request's cache bit
   std::vector<char> clean_hit_, group_clean_;      // absorb(): per request
+  std::vector<std::pair<size_t, size_t>> group_runs_;  // absorb(): runs of one group key
 
   // Rank 0 only.
   std::unordered_map<std::string, TableEntry> table_;

@@ -79,6 +79,9 @@ struct Response {
   std::vector<int64_t> first_dims;
   /// Alltoall: every rank's splits, row r = what rank r sends to each rank (size x size).
   std::vector<int64_t> all_splits;
+  /// Local only, never serialized: nonzero on the response cache's entries (a number no other
+  /// entry had) and on copies of them, so a copy that is still equal need not be made again.
+  uint64_t cache_stamp = 0;
 
   bool ok() const { return error.empty(); }
   /// Bytes this rank contributes (allgather: per first_dims[rank]).

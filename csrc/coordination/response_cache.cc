@@ -4,15 +4,16 @@
 namespace hvd {
 
 std::optional<uint32_t> ResponseCache::find(const std::string& name) const {
-  auto it = by_name_.find(name);
-  if (it == by_name_.end()) return std::nullopt;
-  return it->second;
+  const uint32_t bit = by_name_.find(name);
+  if (bit == NameIndex::kNone) return std::nullopt;
+  return bit;
 }
 
 uint32_t ResponseCache::put(const Response& response, std::optional<uint32_t>* evicted) {
   evicted->reset();
   if (auto existing = find(response.name)) {
     slots_[*existing].response = response;
+    slots_[*existing].response.cache_stamp = ++stamps_;
     touch(*existing);
     return *existing;
   }
@@ -32,9 +33,10 @@ uint32_t ResponseCache::put(const Response& response, std::optional<uint32_t>* e
   Slot& s = slots_[bit];
   s.live = true;
   s.response = response;
+  s.response.cache_stamp = ++stamps_;
   lru_.push_front(bit);
   s.lru_pos = lru_.begin();
-  by_name_[response.name] = bit;
+  by_name_.insert(response.name, bit);  // absent: an entry of this name returned above
   used_.insert(bit);
   return bit;
 }

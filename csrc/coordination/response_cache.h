@@ -13,9 +13,9 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "common/name_index.h"
 #include "coordination/message.h"
 
 namespace hvd {
@@ -37,8 +37,9 @@ class ResponseCache {
   const Response& at(uint32_t bit) const { return slots_[bit].response; }
 
   /// Adds `response` (a successful one) or replaces the entry of the same name, and marks it
-  /// most recently used. When the cache is full the least recently used entry is evicted
-  /// first and its position is returned in `evicted`.
+  /// most recently used; the stored copy gets a new Response::cache_stamp. When the cache is
+  /// full the least recently used entry is evicted first and its position is returned in
+  /// `evicted`.
   uint32_t put(const Response& response, std::optional<uint32_t>* evicted);
   /// Marks `bit` most recently used.
   void touch(uint32_t bit);
@@ -53,10 +54,11 @@ class ResponseCache {
   };
   uint32_t capacity_;
   std::vector<Slot> slots_;
-  std::unordered_map<std::string, uint32_t> by_name_;
+  NameIndex by_name_;
   std::list<uint32_t> lru_;  // front = most recently used
   std::set<uint32_t> used_;
   std::set<uint32_t> free_;
+  uint64_t stamps_ = 0;  // the last Response::cache_stamp given out
 };
 
 }  // namespace hvd

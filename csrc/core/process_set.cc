@@ -142,37 +142,21 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   };
   // The requests go to the background thread; the table keeps the rest (and request.op,
   // which a moved-from request still holds, for messages).
-  if (entries.size() == 1) {  // the common case: one hash lookup
+  if (entries.size() == 1) {  // the common case: one probe of the index
     TensorEntry& e = entries.front();
-    if (spare_nodes_.empty()) {
-      // Moved straight into a new node (try_emplace copies the key first and leaves `e`
-      // alone when the name is taken).
-      auto [it, inserted] = table_.try_emplace(e.request.name, std::move(e));
-      if (!inserted) return still_pending(e.request, it->second.request.op);
-      new_requests_.push_back(std::move(it->second.request));
-    } else {
-      auto ins = table_.insert(reuse_node(std::move(e)));
-      if (!ins.inserted) {
-        e = std::move(ins.node.mapped());  // the caller keeps its entry on failure
-        spare_nodes_.push_back(std::move(ins.node));
-        return still_pending(e.request, ins.position->second.request.op);
-      }
-      new_requests_.push_back(std::move(ins.position->second.request));
+    const uint32_t at = next_place();
+    if (!pending_.insert(e.request.name, at)) {
+      return still_pending(e.request, pool_[pending_.find(e.request.name)].request.op);
     }
+    place(e);
   } else {
     for (const auto& e : entries) {
-      auto it = table_.find(e.request.name);
-      if (it != table_.end()) return still_pending(e.request, it->second.request.op);
+      const uint32_t at = pending_.find(e.request.name);
+      if (at != NameIndex::kNone) return still_pending(e.request, pool_[at].request.op);
     }
-    for (auto& e : entries) {
-      if (spare_nodes_.empty()) {
-        std::string name = e.request.name;
-        new_requests_.push_back(std::move(e.request));
-        table_.emplace(std::move(name), std::move(e));
-        continue;
-      }
-      auto ins = table_.insert(reuse_node(std::move(e)));
-      new_requests_.push_back(std::move(ins.position->second.request));
+    for (auto& e : entries) {  // names are unique within a submission (api.cc)
+      pending_.insert(e.request.name, next_place());
+      place(e);
     }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
@@ -185,44 +169,48 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   return Status::OK();
 }
 
-// A node of an earlier cycle (recycle_taken()) holding `e` under its name: no allocation, and
-// the key's string keeps its room. mu_ held, spare_nodes_ not empty.
-ProcessSetState::TableNode ProcessSetState::reuse_node(TensorEntry&& e) {
-  TableNode node = std::move(spare_nodes_.back());
-  spare_nodes_.pop_back();
-  node.key() = e.request.name;
-  node.mapped() = std::move(e);
-  return node;
+uint32_t ProcessSetState::place(TensorEntry& e) {
+  uint32_t at;
+  TensorEntry* p;
+  if (free_.empty()) {
+    at = static_cast<uint32_t>(pool_.size());
+    p = &pool_.emplace_back();
+  } else {
+    at = free_.back();
+    free_.pop_back();
+    p = &pool_[at];
+  }
+  // The request goes straight to the background thread; the place keeps its op (messages).
+  p->request.op = e.request.op;
+  p->input = std::move(e.input);
+  p->output = std::move(e.output);
+  p->handle = std::move(e.handle);
+  p->part = e.part;
+  p->enqueue_us = e.enqueue_us;
+  new_requests_.push_back(std::move(e.request));
+  return at;
 }
 
 void ProcessSetState::recycle_taken() {
-  for (TableNode& n : taken_) {
-    if (!n.empty()) n.mapped().handle.reset();  // the executor moved the rest out
-  }
+  for (auto& [at, e] : taken_) e->handle.reset();  // the executor moved the rest out
   std::lock_guard<std::mutex> lk(mu_);
-  for (TableNode& n : taken_) {
-    if (n.empty() || spare_nodes_.size() >= kMaxSpareNodes) continue;
-    spare_nodes_.push_back(std::move(n));
-  }
-  taken_.clear();  // frees the nodes beyond kMaxSpareNodes
+  for (auto& [at, e] : taken_) free_.push_back(at);
+  taken_.clear();
 }
 
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
                                    std::vector<TensorEntry*>* entries) {
   // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
-  // stay in their nodes, which recycle_taken() hands back to enqueue() after execute().
+  // stay in their places, which recycle_taken() frees after execute().
   taken_.clear();
-  taken_.resize(responses.size());
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (size_t i = 0; i < responses.size(); ++i) {
-      auto it = table_.find(responses[i].name);
-      if (it != table_.end()) taken_[i] = table_.extract(it);
-    }
-  }
   entries->assign(responses.size(), nullptr);
+  std::lock_guard<std::mutex> lk(mu_);
   for (size_t i = 0; i < responses.size(); ++i) {
-    if (!taken_[i].empty()) (*entries)[i] = &taken_[i].mapped();
+    const uint32_t at = pending_.erase(responses[i].name);
+    if (at == NameIndex::kNone) continue;
+    TensorEntry* e = &pool_[at];
+    taken_.emplace_back(at, e);
+    (*entries)[i] = e;
   }
 }
 
@@ -274,7 +262,7 @@ void ProcessSetState::loop() {
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
       // timeout is the heartbeat that lets other ranks' cycles complete.
       const auto has_work = [this] { return !new_requests_.empty() || shutdown_requested_; };
-      if (new_requests_.empty() && table_.empty() && !shutdown_requested_) {
+      if (new_requests_.empty() && pending_.empty() && !shutdown_requested_) {
         // Poll first, without the lock: the next submission usually comes within
         // microseconds, and waking a sleeping thread costs more than the collective itself.
         lk.unlock();
@@ -367,9 +355,9 @@ bool ProcessSetState::cycle() {
     if (traced) {
       const int64_t now = now_us();
       for (const Request& q : incoming) {
-        auto it = table_.find(q.name);
-        if (it != table_.end() && it->second.enqueue_us > 0) {
-          timeline_->phase(q.name, "QUEUE", it->second.enqueue_us, now);
+        const uint32_t at = pending_.find(q.name);
+        if (at != NameIndex::kNone && pool_[at].enqueue_us > 0) {
+          timeline_->phase(q.name, "QUEUE", pool_[at].enqueue_us, now);
         }
         negotiating_[q.name] = now;
       }
@@ -411,13 +399,12 @@ bool ProcessSetState::cycle() {
     take_entries(rs, es);
   };
   {
-    // The taken entries live until execute() returns, and no longer (exception or not).
+    // The taken places are freed when execute() returns, exception or not.
     struct Release {
-      std::vector<TableNode>& nodes;
-      ~Release() { nodes.clear(); }
-    } release{taken_};
+      ProcessSetState* self;
+      ~Release() { self->recycle_taken(); }
+    } release{this};
     executor_->execute(result.responses, take, joined);
-    recycle_taken();
   }
   if (autotuner_ && !autotuner_->done()) {
     int64_t bytes = 0;
@@ -467,17 +454,26 @@ void ProcessSetState::end_driving() {
 }
 
 void ProcessSetState::stop(const Status& why) {
-  std::unordered_map<std::string, TensorEntry> orphans;
+  struct Orphan {
+    std::string name;
+    OpType op;
+    std::shared_ptr<detail::HandleState> handle;
+  };
+  std::vector<Orphan> orphans;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_status_ = why;
     stopped_ = true;
-    orphans.swap(table_);
+    pending_.for_each([&](const std::string& name, uint32_t at) {
+      orphans.push_back({name, pool_[at].request.op, std::move(pool_[at].handle)});
+      free_.push_back(at);
+    });
+    pending_.clear();
     new_requests_.clear();
     cv_.notify_all();  // the background thread exits (a user thread may have run the last cycle)
   }
-  for (auto& [name, e] : orphans) {
-    e.handle->complete(Status(why.code(), std::string(op_type_name(e.request.op)) + " '" + name +
+  for (Orphan& o : orphans) {
+    o.handle->complete(Status(why.code(), std::string(op_type_name(o.op)) + " '" + o.name +
                                               "' did not complete: " + why.message()));
   }
 }

@@ -10,7 +10,7 @@
 // requests, negotiate, execute) is run by whichever thread holds `cycle_mu_`: the set's
 // background thread (loop()), or a user thread waiting on one of this set's handles
 // (try_drive(), through detail::CycleDriver), which saves the two thread hand-offs of a
-// small collective. `mu_` guards what user threads share with the cycle: table_,
+// small collective. `mu_` guards what user threads share with the cycle: the pending table,
 // new_requests_, the shutdown flag and the stop status. The controller, executor, autotuner
 // and timeline bookkeeping belong to the holder of `cycle_mu_`.
 #pragma once
@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,6 +28,7 @@
 
 #include "backends/world.h"
 #include "common/config.h"
+#include "common/name_index.h"
 #include "coordination/controller.h"
 #include "core/executor.h"
 #include "core/tensor_entry.h"
@@ -87,14 +89,14 @@ class ProcessSetState : public detail::CycleDriver {
   void fail_thread(const std::string& what);
   /// True when this rank has requests to negotiate or tensors in flight (mu_ held).
   bool has_work_locked() const {
-    return !new_requests_.empty() || !table_.empty() || shutdown_requested_;
+    return !new_requests_.empty() || !pending_.empty() || shutdown_requested_;
   }
   void run_thread();  ///< the thread's body: loop(), and a fatal stop if anything throws
   void settle() const;
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages
   void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry*>* entries);
-  /// After execute(): the taken nodes become spare nodes (up to kMaxSpareNodes).
+  /// After execute(): the taken places become free.
   void recycle_taken();
 
   const int id_;
@@ -116,17 +118,25 @@ class ProcessSetState : public detail::CycleDriver {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<std::string, TensorEntry> table_;  // guarded by mu_
-  using TableNode = std::unordered_map<std::string, TensorEntry>::node_type;
-  /// A spare node holding `e` under its name (mu_ held, spare_nodes_ not empty).
-  TableNode reuse_node(TensorEntry&& e);
-  // cycle_mu_: the table nodes take_entries() unlinked, holding the entries the executor
-  // reads, until the cycle's execute() returns.
-  std::vector<TableNode> taken_;
-  // Emptied nodes, reused by enqueue(): a node allocated by a user thread and freed by this
-  // one costs more than the whole rest of a tiny tensor's table work. Guarded by mu_.
-  std::vector<TableNode> spare_nodes_;
-  static constexpr size_t kMaxSpareNodes = 4096;
+  // The pending tensors: their entries live in places of pool_ (a deque, so an entry stays
+  // put while places are added), found by name through pending_. A place is either free
+  // (free_), pending (pending_), or taken: take_entries() unlinked its name, the executor
+  // reads it without mu_, and recycle_taken() frees it after execute(). Places are reused,
+  // never returned: an entry allocated by a user thread and freed by this one cost more than
+  // the rest of a tiny tensor's table work, and hashed nodes a cache miss per lookup.
+  NameIndex pending_;             // guarded by mu_: name -> place
+  std::deque<TensorEntry> pool_;  // guarded by mu_, except the taken places' entries
+  std::vector<uint32_t> free_;    // guarded by mu_
+  /// Moves `e` into a free place (the caller names it in pending_) and its request to
+  /// new_requests_; returns the place (mu_ held).
+  uint32_t place(TensorEntry& e);
+  /// The place place() will use next (mu_ held).
+  uint32_t next_place() const {
+    return free_.empty() ? static_cast<uint32_t>(pool_.size()) : free_.back();
+  }
+  // cycle_mu_: the places take_entries() took, and their entries (read through the pointer:
+  // pool_ itself may be growing under a user thread meanwhile), until execute() returns.
+  std::vector<std::pair<uint32_t, TensorEntry*>> taken_;
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)

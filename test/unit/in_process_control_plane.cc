@@ -254,6 +254,9 @@ RunResult run_script(const Script& script) {
           rec.cache_bits = c.cache().num_bits();
           rec.has_pending = c.has_pending();
           rec.stall_report = c.last_stall_report();
+          // Hand a copy back, as the runtime hands back the executed responses: the next
+          // cycles reuse these (Controller::recycle), and every test checks that reuse.
+          c.recycle(std::vector<Response>(rec.result.responses));
           const bool stop = script.stop_on_shutdown && rec.result.shutdown;
           recs.push_back(std::move(rec));
           if (stop) return;

@@ -332,9 +332,11 @@ TEST_CASE("allgather: first dims per rank, re-negotiated when they change", "[co
   const int n = GENERATE(2, 3, 4);
   Script s;
   s.ranks = n;
-  s.cycles = 6;
-  // Cycles 0 and 2: rank r gathers r+1 rows; cycle 4: rank 1 sends 7 rows instead.
-  auto rows = [&](int rank, int cycle) -> int64_t { return (cycle == 4 && rank == 1) ? 7 : rank + 1; };
+  s.cycles = 8;
+  // Cycles 0 and 2: rank r gathers r+1 rows; from cycle 4 on rank 1 sends 7 rows instead.
+  // Cycle 6 is a hit on the replaced entry, after cycle 2's hit on the old one: the copy of
+  // the old entry that the controller keeps for reuse must not come back.
+  auto rows = [&](int rank, int cycle) -> int64_t { return (cycle >= 4 && rank == 1) ? 7 : rank + 1; };
   s.input = [&](int rank, int cycle) {
     CycleInput in;
     if (cycle % 2 == 0) {
@@ -345,7 +347,7 @@ TEST_CASE("allgather: first dims per rank, re-negotiated when they change", "[co
   RunResult res = run_script(s);
   require_ok(res);
   require_identical(res);
-  for (int c : {0, 2, 4}) {
+  for (int c : {0, 2, 4, 6}) {
     INFO("cycle " << c);
     const Response* r = find_response(res.records[0][static_cast<size_t>(c)], "g");
     REQUIRE(r != nullptr);
@@ -359,6 +361,7 @@ TEST_CASE("allgather: first dims per rank, re-negotiated when they change", "[co
   }
   CHECK_FALSE(res.records[0][2].result.full_cycle);  // same dims: from the cache
   CHECK(res.records[0][4].result.full_cycle);        // changed dims: negotiated again
+  CHECK_FALSE(res.records[0][6].result.full_cycle);  // the new dims: from the cache
 }
 
 TEST_CASE("allgather with different trailing dims is an error", "[controller]") {

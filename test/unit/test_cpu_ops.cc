@@ -325,3 +325,44 @@ TEST_CASE("reduce_to equals a copy then reduce_into, inputs untouched, every dty
     }
   }
 }
+
+// The shm allreduce's last reduction and its Average/postscale run as one pass: the result must
+// be the two passes' bit for bit (every op, float32 and float64, in place and not), so a tensor
+// reduced by the fused path equals one reduced by the unfused (n > 2 ranks, other dtypes).
+TEST_CASE("reduce_scaled_to equals reduce_to then scale_buffer, bit for bit", "[cpu_ops]") {
+  const size_t n = 1000;
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<double> d(-1e3, 1e3);
+  std::vector<float> fa(n), fb(n);
+  std::vector<double> da(n), db(n);
+  for (size_t i = 0; i < n; ++i) {
+    fa[i] = static_cast<float>(d(rng));
+    fb[i] = static_cast<float>(d(rng));
+    da[i] = d(rng);
+    db[i] = d(rng);
+  }
+  fa[7] = std::numeric_limits<float>::quiet_NaN();
+  da[9] = std::numeric_limits<double>::infinity();
+  const auto count = static_cast<int64_t>(n);
+  for (ReduceOp op : kOps) {
+    for (double factor : {0.5, 1.0 / 3.0, 0.1, 7.0}) {
+      INFO("op " << static_cast<int>(op) << " factor " << factor);
+      std::vector<float> fref(n), fout(n), fio = fa;
+      reduce_to(fref.data(), fa.data(), fb.data(), count, DataType::kFloat32, op);
+      scale_buffer(fref.data(), count, DataType::kFloat32, factor);
+      REQUIRE(reduce_scaled_to(fout.data(), fa.data(), fb.data(), count, DataType::kFloat32, op, factor));
+      REQUIRE(reduce_scaled_to(fio.data(), fio.data(), fb.data(), count, DataType::kFloat32, op, factor));
+      CHECK(std::memcmp(fout.data(), fref.data(), n * sizeof(float)) == 0);
+      CHECK(std::memcmp(fio.data(), fref.data(), n * sizeof(float)) == 0);
+      std::vector<double> dref(n), dout(n);
+      reduce_to(dref.data(), da.data(), db.data(), count, DataType::kFloat64, op);
+      scale_buffer(dref.data(), count, DataType::kFloat64, factor);
+      REQUIRE(reduce_scaled_to(dout.data(), da.data(), db.data(), count, DataType::kFloat64, op, factor));
+      CHECK(std::memcmp(dout.data(), dref.data(), n * sizeof(double)) == 0);
+    }
+  }
+  // Other dtypes are left to the two passes.
+  std::vector<int32_t> ia(4, 3), ib(4, 5), iout(4, -1);
+  CHECK_FALSE(reduce_scaled_to(iout.data(), ia.data(), ib.data(), 4, DataType::kInt32, ReduceOp::kSum, 0.5));
+  CHECK(iout == std::vector<int32_t>(4, -1));
+}

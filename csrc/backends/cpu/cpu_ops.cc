@@ -112,6 +112,35 @@ void reduce_to(void* out, const void* a, const void* b, int64_t n, DataType dtyp
   }
 }
 
+namespace {
+template <typename T>
+void reduce_scaled_typed(T* out, const T* a, const T* b, int64_t n, ReduceOp op, T f) {
+  // Each lambda rounds op(x, y) to T before the product, as the two passes do.
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage: apply(out, a, b, n, [f](T x, T y) { return static_cast<T>(x + y) * f; }); break;
+    case ReduceOp::kMin: apply(out, a, b, n, [f](T x, T y) { return std::min(x, y) * f; }); break;
+    case ReduceOp::kMax: apply(out, a, b, n, [f](T x, T y) { return std::max(x, y) * f; }); break;
+    case ReduceOp::kProduct: apply(out, a, b, n, [f](T x, T y) { return static_cast<T>(x * y) * f; }); break;
+  }
+}
+}  // namespace
+
+bool reduce_scaled_to(void* out, const void* a, const void* b, int64_t n, DataType dtype,
+                      ReduceOp op, double factor) {
+  if (dtype == DataType::kFloat32) {
+    reduce_scaled_typed(static_cast<float*>(out), static_cast<const float*>(a),
+                        static_cast<const float*>(b), n, op, static_cast<float>(factor));
+    return true;
+  }
+  if (dtype == DataType::kFloat64) {
+    reduce_scaled_typed(static_cast<double*>(out), static_cast<const double*>(a),
+                        static_cast<const double*>(b), n, op, factor);
+    return true;
+  }
+  return false;
+}
+
 void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceOp op) {
   reduce_to(inout, inout, in, n, dtype, op);
 }

@@ -15,6 +15,12 @@ void reduce_into(void* inout, const void* in, int64_t n, DataType dtype, ReduceO
 /// `out` may be `a`; `b` must not overlap `out`.
 void reduce_to(void* out, const void* a, const void* b, int64_t n, DataType dtype, ReduceOp op);
 
+/// out[i] = op(a[i], b[i]) * factor for float32 and float64 (the factor rounded to float for
+/// float32), bit for bit what reduce_to() then scale_buffer() give, in one pass. Returns false,
+/// doing nothing, for other dtypes. Aliasing as reduce_to().
+bool reduce_scaled_to(void* out, const void* a, const void* b, int64_t n, DataType dtype,
+                      ReduceOp op, double factor);
+
 /// data[i] *= factor: float32 and the half types in float, float64 in double, integers in
 /// double truncated toward zero (Horovod's rule for pre/postscale on integer tensors). Bool
 /// tensors are left alone (they take no scale factors).
