@@ -44,7 +44,7 @@ class NameIndex {
   struct Slot {
     uint64_t hash = 0;  // 0: empty
     uint32_t value = 0;
-    std::string name;   // kept when the slot empties: the next name reuses its room
+    std::string name;  // kept when the slot empties: the next name reuses its room
   };
   static uint64_t hash_of(const std::string& name);  // never 0
   /// The slot holding `name`, or the empty slot where it would go (slots_ not empty).

@@ -1,12 +1,11 @@
 // Copyright horovod_cpp authors. The flat name index (common/name_index.h) against
 // std::unordered_map, through long random sequences of inserts, finds and erases, including
 // tables where every name collides.
+#include <catch2/catch.hpp>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "common/name_index.h"
 
@@ -34,14 +33,14 @@ void require_same(const NameIndex& index, const std::unordered_map<std::string, 
 
 }  // namespace
 
-TEST_CASE("name index: random inserts, erases and finds agree with unordered_map",
-          "[name_index]") {
+TEST_CASE("name index: random inserts, erases and finds agree with unordered_map", "[name_index]") {
   const size_t names = GENERATE(3, 40, 1500);
   std::vector<std::string> universe;
   for (size_t i = 0; i < names; ++i) {
     // Long and short names (SSO and heap strings), sharing long prefixes.
-    universe.push_back(i % 3 == 0 ? "model.layer" + std::to_string(i) + ".weight.grad.of.a.long.name"
-                                  : "t" + std::to_string(i));
+    universe.push_back(i % 3 == 0
+                           ? "model.layer" + std::to_string(i) + ".weight.grad.of.a.long.name"
+                           : "t" + std::to_string(i));
   }
   std::mt19937 rng(static_cast<unsigned>(names));
   NameIndex index;
@@ -85,8 +84,7 @@ TEST_CASE("name index: random inserts, erases and finds agree with unordered_map
   REQUIRE(index.find(universe.back()) == 9);
 }
 
-TEST_CASE("name index: erasing inside long probe runs keeps every name reachable",
-          "[name_index]") {
+TEST_CASE("name index: erasing inside long probe runs keeps every name reachable", "[name_index]") {
   // Fill to the growth limit, then erase every other name in insertion order and re-insert
   // them: runs of neighbours wrap around the array's end and are shifted back repeatedly.
   NameIndex index;
