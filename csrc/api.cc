@@ -184,8 +184,8 @@ class Submission {
       e.enqueue_us = now;
     }
     throw_if_error(set_->enqueue(std::move(entries_)));
-    state_ = state;
-    return Handle(state);
+    state_ = std::move(state);  // moved, not copied: each reference count is an atomic
+    return Handle(state_);
   }
   /// The state behind the last submit() (for results the public Handle does not expose).
   const std::shared_ptr<detail::HandleState>& state() const { return state_; }
