@@ -66,7 +66,7 @@ void Controller::absorb(std::vector<Request> incoming) {
   // Requests of one group are looked up together: the group is cached only if every member
   // is a clean hit; otherwise all its members go in full and their hits are invalidated.
   // A group's members are enqueued together, so they come as a run of equal keys: a key is
-  // hashed once per run (not per member), and only when the requests hold several runs.
+  // hashed once per run, not per member.
   std::vector<char>& group_clean = group_clean_;
   group_clean.assign(n, 1);
   std::vector<std::pair<size_t, size_t>>& runs = group_runs_;  // [begin, end) of one key
@@ -79,21 +79,13 @@ void Controller::absorb(std::vector<Request> incoming) {
     }
     i = j;
   }
-  const auto run_clean = [&](const std::pair<size_t, size_t>& run) {
-    for (size_t i = run.first; i < run.second; ++i) {
-      if (!clean_hit[i]) return false;
-    }
-    return true;
-  };
-  std::unordered_map<std::string_view, bool> key_clean;  // views of the names; 2+ runs only
-  if (runs.size() > 1) {
-    for (const auto& run : runs) {
-      auto [it, fresh] = key_clean.try_emplace(incoming[run.first].group, true);
-      it->second = it->second && run_clean(run);
-    }
+  std::unordered_map<std::string_view, bool> key_clean;  // views of the names
+  for (const auto& run : runs) {
+    bool& clean = key_clean.try_emplace(incoming[run.first].group, true).first->second;
+    for (size_t i = run.first; i < run.second && clean; ++i) clean = clean_hit[i] != 0;
   }
   for (const auto& run : runs) {
-    if (runs.size() > 1 ? key_clean[incoming[run.first].group] : run_clean(run)) continue;
+    if (key_clean[incoming[run.first].group]) continue;
     for (size_t i = run.first; i < run.second; ++i) {
       group_clean[i] = 0;
       if (bit_of[i]) invalid_bits_.insert(*bit_of[i]);

@@ -221,4 +221,12 @@ void divide_integers(void* data, int64_t n, DataType dtype, int64_t divisor) {
   }
 }
 
+void finish_reduction(void* data, int64_t n, DataType dtype, double scale, int64_t divisor) {
+  if (is_floating_point(dtype) || scale != 1.0) {  // integers only when a postscale asks
+    scale_buffer(data, n, dtype, scale);
+  } else if (dtype != DataType::kBool && divisor > 1) {
+    divide_integers(data, n, dtype, divisor);
+  }
+}
+
 }  // namespace hvd

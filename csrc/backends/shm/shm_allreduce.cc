@@ -60,36 +60,6 @@ class Pieces {
   mutable size_t cursor_ = 0;
 };
 
-// Finishes reduced elements in place: Average and postscale.
-void finish(void* p, int64_t cnt, DataType dtype, double scale, int64_t divisor) {
-  if (is_floating_point(dtype) || scale != 1.0) {  // integers only when a postscale asked for it
-    scale_buffer(p, cnt, dtype, scale);
-  } else if (dtype != DataType::kBool && divisor > 1) {
-    divide_integers(p, cnt, dtype, divisor);
-  }
-}
-
-// acc = ((a op b) op x(2)) ... op x(n - 1), finished: the last reduction and the scaling of
-// an Average or postscale run as one pass where the dtype allows (reduce_scaled_to()).
-template <typename X>
-void fold(void* acc, const void* a, const void* b, X x, int n, int64_t cnt, DataType dtype,
-          ReduceOp op, double scale, int64_t divisor) {
-  const bool fuse = scale != 1.0 && (dtype == DataType::kFloat32 || dtype == DataType::kFloat64);
-  if (n == 2 && fuse) {
-    reduce_scaled_to(acc, a, b, cnt, dtype, op, scale);
-    return;
-  }
-  reduce_to(acc, a, b, cnt, dtype, op);
-  for (int j = 2; j < n; ++j) {
-    if (j == n - 1 && fuse) {
-      reduce_scaled_to(acc, acc, x(j), cnt, dtype, op, scale);
-      return;
-    }
-    reduce_into(acc, x(j), cnt, dtype, op);
-  }
-  finish(acc, cnt, dtype, scale, divisor);
-}
-
 }  // namespace
 
 // One per rank, at the start of its segment. alignas applies to the array, not to each
@@ -271,8 +241,8 @@ Status ShmAllreduce::allreduce_whole(const std::vector<Segment>& segs, DataType 
   // rank gets the same bits, and the same as the chunked path's.
   pieces.each(0, pieces.total(), [&](unsigned char* p, int64_t cnt, int64_t off) {
     const int64_t at = off * esize;
-    fold(p, slot(0, rd) + at, slot(1, rd) + at, [&](int j) { return slot(j, rd) + at; }, size_,
-         cnt, dtype, op, scale, divisor);
+    fold_reduction(p, slot(0, rd) + at, slot(1, rd) + at, [&](int j) { return slot(j, rd) + at; },
+                   size_, cnt, dtype, op, scale, divisor);
   });
   signal(kReduced, s + 1);
   signal(kCollected, s + 1);  // done reading the peers' slots of this round
@@ -323,8 +293,8 @@ Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype,
       const int64_t at = (off - base) * esize;
       auto x = [&](int j) -> const unsigned char* { return j == me ? p : slot(j, rd) + at; };
       unsigned char* acc = in_buffer ? p : mine + at;
-      fold(acc, in_buffer ? p : x(0), in_buffer ? x(1 - me) : x(1), x, n, cnt, dtype, op, scale,
-           divisor);
+      fold_reduction(acc, in_buffer ? p : x(0), in_buffer ? x(1 - me) : x(1), x, n, cnt, dtype,
+                     op, scale, divisor);
       std::memcpy(in_buffer ? mine + at : p, acc, static_cast<size_t>(cnt * esize));
     });
     header(me)->counter[kReduced].store(s + 1, std::memory_order_release);

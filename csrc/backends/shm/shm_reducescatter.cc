@@ -25,8 +25,6 @@ Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<
     offset[static_cast<size_t>(r) + 1] = offset[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)];
     longest = std::max(longest, counts[static_cast<size_t>(r)]);
   }
-  const bool fp = is_floating_point(dtype);
-  const bool divide = !fp && dtype != DataType::kBool && divisor > 1;
   const unsigned char* src = static_cast<const unsigned char*>(in);
   unsigned char* dst = static_cast<unsigned char*>(out);
   // Elements of block r in round k: [k*per, k*per + piece(r, k)).
@@ -68,13 +66,8 @@ Status ShmAllreduce::reducescatter(const void* in, void* out, const std::vector<
         own = scaled;
       }
       auto x = [&](int j) -> const unsigned char* { return j == me ? own : slot(j, rd) + me * stride * esize; };
-      reduce_to(p, x(0), x(1), cnt, dtype, op);  // a segment set has >= 2 ranks (shm_setup.cc)
-      for (int j = 2; j < n; ++j) reduce_into(p, x(j), cnt, dtype, op);
-      if (fp || scale != 1.0) {  // integers only when a postscale factor asked for it
-        scale_buffer(p, cnt, dtype, scale);
-      } else if (divide) {
-        divide_integers(p, cnt, dtype, divisor);
-      }
+      // A segment set has >= 2 ranks (shm_setup.cc).
+      fold_reduction(p, x(0), x(1), x, n, cnt, dtype, op, scale, divisor);
     }
     // Done with the peers' slots of this round (reduced and collected, in allreduce's terms).
     signal(kReduced, s + 1);
