@@ -13,8 +13,9 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "common/logging.h"
+#include "common/block_pool.h"
 #include "common/fatal.h"
+#include "common/logging.h"
 #include "common/name_index.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
@@ -174,7 +175,7 @@ class Submission {
       }
       throw InvalidArgumentError(error_);
     }
-    auto state = std::make_shared<detail::HandleState>(
+    auto state = make_pooled<detail::HandleState>(
         unnamed_.empty() ? handle_name : entries_.front().request.name,
         static_cast<int>(entries_.size()));
     state->set_driver(set_);  // an untimed wait runs the set's cycles itself

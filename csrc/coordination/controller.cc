@@ -59,7 +59,12 @@ void Controller::absorb(std::vector<Request> incoming) {
   if (cache_.enabled()) {
     for (size_t i = 0; i < n; ++i) {
       const Request& q = incoming[i];
-      bit_of[i] = cache_.find(q.name);
+      // The position this name had last time, if it still holds it: no lookup by name (the
+      // response is read by matches() anyway).
+      const uint32_t h = q.cache_hint;
+      bit_of[i] = h != kNoLocalTag && cache_.has_bit(h) && cache_.at(h).name == q.name
+                      ? std::optional<uint32_t>(h)
+                      : cache_.find(q.name);
       clean_hit[i] = bit_of[i] && q.error.empty() && cache_.at(*bit_of[i]).matches(q, plane_->rank());
     }
   }
@@ -222,6 +227,9 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   if (!ready.empty()) {
     hits.swap(spare_responses_);  // copy-assigned below: no allocation when the room fits
     hits.reserve(ready.size());
+    out->hits.swap(spare_hits_);
+    out->hits.clear();
+    out->hits.reserve(ready.size());
   }
   for (uint32_t bit : ready) {
     const Response& r = cache_.at(bit);
@@ -238,6 +246,9 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
       hits.push_back(r);
     }
     ++n;
+    // Ready everywhere means pending here too; kNoLocalTag sends the caller to the name.
+    out->hits.push_back(
+        {pending_bits_.contains(bit) ? pending_bits_.at(bit).local_tag : kNoLocalTag, bit});
     pending_bits_.erase(bit);
     cache_.touch(bit);
   }

@@ -58,9 +58,18 @@ struct ControllerOptions {
   double stall_shutdown_seconds = 0.0;  ///< 0: never shut down for a stall
 };
 
+/// A cache hit's response, tied back to this rank's request without its name.
+struct LocalHit {
+  uint32_t tag;  ///< the request's Request::local_tag
+  uint32_t bit;  ///< the cache position it hit (the request's next Request::cache_hint)
+};
+
 /// What every rank executes after one cycle.
 struct CycleResult {
   std::vector<Response> responses;
+  /// hits[i] belongs to responses[i]: the cache hits come first, the responses of a full
+  /// cycle (found by name) after them.
+  std::vector<LocalHit> hits;
   bool shutdown = false;
   /// The shutdown ends the job (a stall, or a message rank 0 could not decode): see
   /// common/fatal.h.
@@ -126,9 +135,11 @@ class Controller {
   /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
   Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);
 
-  /// Hands back a finished cycle's responses: the next cycle copies its cached responses into
-  /// these (their strings and shapes keep their room), instead of allocating every one anew.
-  void recycle(std::vector<Response>&& used) {
+  /// Hands back a finished cycle's responses and hits: the next cycle copies its cached
+  /// responses into these (their strings and shapes keep their room), instead of allocating
+  /// every one anew.
+  void recycle(std::vector<Response>&& used, std::vector<LocalHit>&& hits) {
+    if (hits.capacity() > spare_hits_.capacity()) spare_hits_.swap(hits);
     if (used.size() > spare_responses_.size()) spare_responses_.swap(used);
     keep_spares(used, 0);
   }
@@ -185,6 +196,7 @@ class Controller {
   bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
   std::vector<Response> spare_responses_;  // recycle()d, for the next cycle's cache hits
+  std::vector<LocalHit> spare_hits_;       // recycle()d, likewise
   /// Responses beyond what a cycle used, kept with their strings' and shapes' room (a cycle
   /// with more hits than the last takes them back instead of copy-constructing).
   std::vector<Response> spare_extra_;

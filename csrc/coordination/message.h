@@ -31,6 +31,9 @@ constexpr const char* kJoinName = "horovod_cpp.join";
 
 const char* op_type_name(OpType op);
 
+/// Request::local_tag and Request::cache_hint when there is none.
+constexpr uint32_t kNoLocalTag = UINT32_MAX;
+
 /// One rank's submission of one named tensor.
 struct Request {
   int32_t rank = 0;
@@ -54,6 +57,14 @@ struct Request {
   /// tensor on every rank with a message naming this rank and this reason, so no other rank
   /// waits for it. Such a request is never a cache hit.
   std::string error;
+  /// Local only, never serialized nor compared. The submitter's own number for this tensor
+  /// (the process set's place for it), handed back with a cache hit's response so the tensor
+  /// is found without its name (CycleResult::hits).
+  uint32_t local_tag = kNoLocalTag;
+  /// Local only, never serialized nor compared: the cache position this name had the last
+  /// time it ran here, or kNoLocalTag. Only a hint: the controller uses it after checking
+  /// that the position still holds this name, and looks the name up otherwise.
+  uint32_t cache_hint = kNoLocalTag;
 
   bool operator==(const Request& o) const;
 };

@@ -140,23 +140,23 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
         op_type_name(pending_op) +
         " of the same name is still pending; wait for it before reusing the name");
   };
-  // The requests go to the background thread; the table keeps the rest (and request.op,
+  // The requests go to the background thread; the places keep the rest (and request.op,
   // which a moved-from request still holds, for messages).
+  OpType pending_op = OpType::kAllreduce;
   if (entries.size() == 1) {  // the common case: one probe of the index
     TensorEntry& e = entries.front();
-    const uint32_t at = next_place();
-    if (!pending_.insert(e.request.name, at)) {
-      return still_pending(e.request, pool_[pending_.find(e.request.name)].request.op);
-    }
-    place(e);
+    const uint32_t at = place_for(e.request.name, &pending_op);
+    if (at == kNoLocalTag) return still_pending(e.request, pending_op);
+    fill(at, e);
   } else {
     for (const auto& e : entries) {
-      const uint32_t at = pending_.find(e.request.name);
-      if (at != NameIndex::kNone) return still_pending(e.request, pool_[at].request.op);
+      const uint32_t at = names_.find(e.request.name);
+      if (at != NameIndex::kNone && pool_[at].state == PlaceState::kPending) {
+        return still_pending(e.request, pool_[at].entry.request.op);
+      }
     }
     for (auto& e : entries) {  // names are unique within a submission (api.cc)
-      pending_.insert(e.request.name, next_place());
-      place(e);
+      fill(place_for(e.request.name, &pending_op), e);
     }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
@@ -169,48 +169,107 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   return Status::OK();
 }
 
-uint32_t ProcessSetState::place(TensorEntry& e) {
-  uint32_t at;
-  TensorEntry* p;
-  if (free_.empty()) {
-    at = static_cast<uint32_t>(pool_.size());
-    p = &pool_.emplace_back();
-  } else {
-    at = free_.back();
-    free_.pop_back();
-    p = &pool_[at];
+uint32_t ProcessSetState::place_for(const std::string& name, OpType* pending_op) {
+  const uint32_t at = names_.find(name);
+  if (at != NameIndex::kNone) {
+    Place& p = pool_[at];
+    if (p.state == PlaceState::kIdle) return at;  // the steady state: the name's own place
+    if (p.state == PlaceState::kPending) {
+      *pending_op = p.entry.request.op;
+      return kNoLocalTag;
+    }
+    // Taken: the executor still reads it (the handle completed, recycle_taken() has not run
+    // yet). The name moves to a new place; this one is freed when the executor is done.
+    p.bound = false;
+    names_.erase(name);
+  } else if (names_.size() >= sweep_at_) {
+    sweep_idle_names();
   }
+  uint32_t fresh;
+  if (free_.empty()) {
+    fresh = static_cast<uint32_t>(pool_.size());
+    pool_.emplace_back();
+  } else {
+    fresh = free_.back();
+    free_.pop_back();
+  }
+  names_.insert(name, fresh);
+  Place& p = pool_[fresh];
+  p.state = PlaceState::kIdle;
+  p.bound = true;
+  p.cache_hint = kNoLocalTag;
+  return fresh;
+}
+
+void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
+  Place& p = pool_[at];
+  TensorEntry* d = &p.entry;
+  p.state = PlaceState::kPending;
+  ++pending_count_;
   // The request goes straight to the background thread; the place keeps its op (messages).
-  p->request.op = e.request.op;
-  p->input = std::move(e.input);
-  p->output = std::move(e.output);
-  p->handle = std::move(e.handle);
-  p->part = e.part;
-  p->enqueue_us = e.enqueue_us;
+  d->request.op = e.request.op;
+  d->input = std::move(e.input);
+  d->output = std::move(e.output);
+  d->handle = std::move(e.handle);
+  d->part = e.part;
+  d->enqueue_us = e.enqueue_us;
+  e.request.local_tag = at;
+  e.request.cache_hint = p.cache_hint;
   new_requests_.push_back(std::move(e.request));
-  return at;
+}
+
+void ProcessSetState::sweep_idle_names() {
+  std::vector<std::string> idle;
+  names_.for_each([&](const std::string& name, uint32_t at) {
+    if (pool_[at].state == PlaceState::kIdle) idle.push_back(name);
+  });
+  for (const std::string& name : idle) {
+    const uint32_t at = names_.erase(name);
+    pool_[at].state = PlaceState::kFree;
+    pool_[at].bound = false;
+    free_.push_back(at);
+  }
+  sweep_at_ = std::max<size_t>(1024, 2 * names_.size());
 }
 
 void ProcessSetState::recycle_taken() {
   for (auto& [at, e] : taken_) e->handle.reset();  // the executor moved the rest out
   std::lock_guard<std::mutex> lk(mu_);
-  for (auto& [at, e] : taken_) free_.push_back(at);
+  for (auto& [at, e] : taken_) {
+    Place& p = pool_[at];
+    if (p.bound) {
+      p.state = PlaceState::kIdle;  // kept for the name's next submission
+    } else {
+      p.state = PlaceState::kFree;
+      free_.push_back(at);
+    }
+  }
   taken_.clear();
 }
 
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
+                                   const std::vector<LocalHit>& hits,
                                    std::vector<TensorEntry*>* entries) {
-  // Only the unlinking happens under the lock (user threads enqueue meanwhile); the entries
-  // stay in their places, which recycle_taken() frees after execute().
+  // Only the state changes happen under the lock (user threads enqueue meanwhile); the
+  // entries stay in their places, which recycle_taken() releases after execute().
   taken_.clear();
   entries->assign(responses.size(), nullptr);
   std::lock_guard<std::mutex> lk(mu_);
   for (size_t i = 0; i < responses.size(); ++i) {
-    const uint32_t at = pending_.erase(responses[i].name);
-    if (at == NameIndex::kNone) continue;
-    TensorEntry* e = &pool_[at];
-    taken_.emplace_back(at, e);
-    (*entries)[i] = e;
+    uint32_t at = i < hits.size() ? hits[i].tag : kNoLocalTag;
+    if (at == kNoLocalTag) {
+      at = names_.find(responses[i].name);
+      if (at == NameIndex::kNone) continue;
+    } else if (at >= pool_.size()) {
+      continue;
+    }
+    Place& p = pool_[at];
+    if (p.state != PlaceState::kPending) continue;
+    if (i < hits.size()) p.cache_hint = hits[i].bit;
+    p.state = PlaceState::kTaken;
+    --pending_count_;
+    taken_.emplace_back(at, &p.entry);
+    (*entries)[i] = &p.entry;
   }
 }
 
@@ -262,7 +321,7 @@ void ProcessSetState::loop() {
       // Sleep only when this rank has nothing in flight: new work wakes us at once, and the
       // timeout is the heartbeat that lets other ranks' cycles complete.
       const auto has_work = [this] { return !new_requests_.empty() || shutdown_requested_; };
-      if (new_requests_.empty() && pending_.empty() && !shutdown_requested_) {
+      if (new_requests_.empty() && pending_count_ == 0 && !shutdown_requested_) {
         // Poll first, without the lock: the next submission usually comes within
         // microseconds, and waking a sleeping thread costs more than the collective itself.
         lk.unlock();
@@ -355,9 +414,9 @@ bool ProcessSetState::cycle() {
     if (traced) {
       const int64_t now = now_us();
       for (const Request& q : incoming) {
-        const uint32_t at = pending_.find(q.name);
-        if (at != NameIndex::kNone && pool_[at].enqueue_us > 0) {
-          timeline_->phase(q.name, "QUEUE", pool_[at].enqueue_us, now);
+        const uint32_t at = q.local_tag;
+        if (at < pool_.size() && pool_[at].entry.enqueue_us > 0) {
+          timeline_->phase(q.name, "QUEUE", pool_[at].entry.enqueue_us, now);
         }
         negotiating_[q.name] = now;
       }
@@ -395,8 +454,9 @@ bool ProcessSetState::cycle() {
   // joined() is read before executing: the join response itself clears it.
   const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
       result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
-  const auto take = [this](const std::vector<Response>& rs, std::vector<TensorEntry*>* es) {
-    take_entries(rs, es);
+  const auto take = [this, &result](const std::vector<Response>& rs,
+                                    std::vector<TensorEntry*>* es) {
+    take_entries(rs, result.hits, es);
   };
   {
     // The taken places are freed when execute() returns, exception or not.
@@ -418,7 +478,7 @@ bool ProcessSetState::cycle() {
       return false;
     }
   }
-  controller_->recycle(std::move(result.responses));
+  controller_->recycle(std::move(result.responses), std::move(result.hits));
   if (result.shutdown) {
     if (result.fatal) {
       report_fatal("process set " + std::to_string(id_) + " (global ranks " + ranks_str() +
@@ -464,11 +524,21 @@ void ProcessSetState::stop(const Status& why) {
     std::lock_guard<std::mutex> lk(mu_);
     stop_status_ = why;
     stopped_ = true;
-    pending_.for_each([&](const std::string& name, uint32_t at) {
-      orphans.push_back({name, pool_[at].request.op, std::move(pool_[at].handle)});
+    names_.for_each([&](const std::string& name, uint32_t at) {
+      Place& p = pool_[at];
+      if (p.state == PlaceState::kTaken) {  // the executor still reads it: freed after
+        p.bound = false;
+        return;
+      }
+      if (p.state == PlaceState::kPending) {
+        orphans.push_back({name, p.entry.request.op, std::move(p.entry.handle)});
+      }
+      p.state = PlaceState::kFree;
+      p.bound = false;
       free_.push_back(at);
     });
-    pending_.clear();
+    names_.clear();
+    pending_count_ = 0;
     new_requests_.clear();
     cv_.notify_all();  // the background thread exits (a user thread may have run the last cycle)
   }

@@ -89,13 +89,16 @@ class ProcessSetState : public detail::CycleDriver {
   void fail_thread(const std::string& what);
   /// True when this rank has requests to negotiate or tensors in flight (mu_ held).
   bool has_work_locked() const {
-    return !new_requests_.empty() || !pending_.empty() || shutdown_requested_;
+    return !new_requests_.empty() || pending_count_ > 0 || shutdown_requested_;
   }
   void run_thread();  ///< the thread's body: loop(), and a fatal stop if anything throws
   void settle() const;
   void stop(const Status& why);
   std::string ranks_str() const;  ///< global ranks, for messages
-  void take_entries(const std::vector<Response>& responses, std::vector<TensorEntry*>* entries);
+  /// Takes the entries of `responses` (by the hits' tags, the others by name) for the
+  /// executor; a response with no entry here gets a null one.
+  void take_entries(const std::vector<Response>& responses, const std::vector<LocalHit>& hits,
+                    std::vector<TensorEntry*>* entries);
   /// After execute(): the taken places become free.
   void recycle_taken();
 
@@ -118,22 +121,41 @@ class ProcessSetState : public detail::CycleDriver {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  // The pending tensors: their entries live in places of pool_ (a deque, so an entry stays
-  // put while places are added), found by name through pending_. A place is either free
-  // (free_), pending (pending_), or taken: take_entries() unlinked its name, the executor
-  // reads it without mu_, and recycle_taken() frees it after execute(). Places are reused,
-  // never returned: an entry allocated by a user thread and freed by this one cost more than
-  // the rest of a tiny tensor's table work, and hashed nodes a cache miss per lookup.
-  NameIndex pending_;             // guarded by mu_: name -> place
-  std::deque<TensorEntry> pool_;  // guarded by mu_, except the taken places' entries
-  std::vector<uint32_t> free_;    // guarded by mu_
-  /// Moves `e` into a free place (the caller names it in pending_) and its request to
-  /// new_requests_; returns the place (mu_ held).
-  uint32_t place(TensorEntry& e);
-  /// The place place() will use next (mu_ held).
-  uint32_t next_place() const {
-    return free_.empty() ? static_cast<uint32_t>(pool_.size()) : free_.back();
-  }
+  // The tensors' places. A name keeps its place from one submission to the next (a training
+  // step submits the same names every time): the name is looked up once per submission, and
+  // the place travels with the request (Request::local_tag) and back with a cache hit's
+  // response (CycleResult::hits), as does the cache position the name had (cache_hint), so
+  // neither the negotiation nor take_entries() looks the name up again. Entries live in
+  // pool_ (a deque: an entry stays put while places are added); places are reused, never
+  // returned: an entry allocated by a user thread and freed by this one cost more than the
+  // rest of a tiny tensor's table work.
+  enum class PlaceState : uint8_t {
+    kFree,     ///< in free_, bound to no name
+    kIdle,     ///< bound to its name in names_, nothing submitted
+    kPending,  ///< submitted, waiting for its response
+    kTaken,    ///< take_entries() gave it to the executor, which reads it without mu_
+  };
+  struct Place {
+    TensorEntry entry;
+    PlaceState state = PlaceState::kFree;
+    /// False once its name was bound to another place (resubmitted while this one was still
+    /// taken): recycle_taken() then frees it instead of keeping it for the name.
+    bool bound = false;
+    uint32_t cache_hint = kNoLocalTag;  ///< the cache position of the name's last hit
+  };
+  NameIndex names_;             // guarded by mu_: name -> its place
+  std::deque<Place> pool_;      // guarded by mu_, except the taken places' entries
+  std::vector<uint32_t> free_;  // guarded by mu_
+  size_t pending_count_ = 0;    // guarded by mu_: places in kPending
+  size_t sweep_at_ = 1024;      // guarded by mu_: names_ size at which idle names are dropped
+  /// The place for `name` (mu_ held): its own when idle, a new one otherwise; kNoLocalTag if
+  /// a tensor of that name is still pending (`*pending_op`: its op).
+  uint32_t place_for(const std::string& name, OpType* pending_op);
+  /// Moves `e` into place `at` (made pending) and its request, tagged, to new_requests_.
+  void fill(uint32_t at, TensorEntry& e);
+  /// Unbinds the names of idle places and frees those places, once names_ has doubled
+  /// (names used once, such as unnamed calls' numbered names, would otherwise pile up).
+  void sweep_idle_names();
   // cycle_mu_: the places take_entries() took, and their entries (read through the pointer:
   // pool_ itself may be growing under a user thread meanwhile), until execute() returns.
   std::vector<std::pair<uint32_t, TensorEntry*>> taken_;

@@ -245,6 +245,47 @@ TEST_CASE("allreduce: enqueues from several threads at once", "[allreduce][threa
   CHECK(bad == 0);
 }
 
+TEST_CASE("allreduce: names come and go; a name is reused the moment it completes",
+          "[allreduce][names]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank();
+  hvd::AllreduceOptions o;
+  o.op = ReduceOp::kSum;
+  // Thousands of names used once each (like unnamed calls' numbered names): the table of
+  // names is swept of idle ones as it grows, and every result is still right.
+  constexpr int kRounds = 3, kNames = 1500;
+  std::vector<std::vector<float>> data(kNames, std::vector<float>(4));
+  std::vector<hvd::Handle> handles(kNames);
+  for (int round = 0; round < kRounds; ++round) {
+    for (int k = 0; k < kNames; ++k) {
+      for (int i = 0; i < 4; ++i) data[k][i] = static_cast<float>(round * 10000 + k * 4 + i + me);
+      handles[k] =
+          hvd::allreduce_async("once." + std::to_string(round) + "." + std::to_string(k),
+                               hvd::TensorView(data[k].data(), DataType::kFloat32, {4}), o);
+    }
+    int bad = 0;
+    for (int k = 0; k < kNames; ++k) {
+      wait_ok(handles[k]);
+      for (int i = 0; i < 4; ++i) {
+        bad += data[k][i] != static_cast<float>(n * (round * 10000 + k * 4 + i) + n * (n - 1) / 2);
+      }
+    }
+    INFO("round " << round);
+    CHECK(bad == 0);
+  }
+  // One name submitted again as soon as its handle completes: a timed wait leaves the cycles
+  // to the background thread, so the new submission may come while the executor still holds
+  // the old one's entry.
+  int bad = 0;
+  for (int step = 0; step < 300; ++step) {
+    std::vector<double> v(3);
+    for (int i = 0; i < 3; ++i) v[i] = step * 100.0 + i + me;
+    wait_ok(hvd::allreduce_async("again", hvd::TensorView(v.data(), DataType::kFloat64, {3}), o));
+    for (int i = 0; i < 3; ++i) bad += v[i] != n * (step * 100.0 + i) + n * (n - 1) / 2.0;
+  }
+  CHECK(bad == 0);
+}
+
 TEST_CASE("grouped allreduce: one handle, fused as a unit", "[allreduce][grouped]") {
   Session s;
   const int n = hvd::size(), me = hvd::rank();

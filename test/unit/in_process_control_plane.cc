@@ -256,7 +256,8 @@ RunResult run_script(const Script& script) {
           rec.stall_report = c.last_stall_report();
           // Hand a copy back, as the runtime hands back the executed responses: the next
           // cycles reuse these (Controller::recycle), and every test checks that reuse.
-          c.recycle(std::vector<Response>(rec.result.responses));
+          c.recycle(std::vector<Response>(rec.result.responses),
+                    std::vector<LocalHit>(rec.result.hits));
           const bool stop = script.stop_on_shutdown && rec.result.shutdown;
           recs.push_back(std::move(rec));
           if (stop) return;

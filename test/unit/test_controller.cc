@@ -208,6 +208,62 @@ TEST_CASE("steady state is served from the cache without full cycles", "[control
   }
 }
 
+TEST_CASE("cache hits hand back each rank's own tag and the bit; a stale hint is checked",
+          "[controller]") {
+  const int n = GENERATE(2, 3, 4);
+  const std::vector<std::string> names = {"h.a", "h.b", "h.c", "h.d", "h.e"};
+  const int steps = 5;
+  Script s;
+  s.ranks = n;
+  s.cycles = steps;
+  // Every rank submits every name each cycle, in a rank-dependent order, tagged with its own
+  // numbers. The hints are wrong on purpose from step 1 on: another name's position, a
+  // position past the cache, none; a hint taken on trust would hit the wrong entry.
+  const auto tag_of = [](int rank, size_t i) { return static_cast<uint32_t>(1000 * rank + 7 * i); };
+  s.input = [&](int rank, int cycle) {
+    CycleInput in;
+    for (size_t k = 0; k < names.size(); ++k) {
+      const size_t i = (k + static_cast<size_t>(rank)) % names.size();
+      Request q = req(names[i], {static_cast<int64_t>(i + 1)});
+      q.local_tag = tag_of(rank, i);
+      if (cycle > 0) {
+        const uint32_t wrong[] = {static_cast<uint32_t>((i + 1) % names.size()), 4000u,
+                                  kNoLocalTag};
+        q.cache_hint = wrong[(i + static_cast<size_t>(cycle)) % 3];
+      }
+      in.requests.push_back(std::move(q));
+    }
+    return in;
+  };
+  RunResult res = run_script(s);
+  require_ok(res);
+  require_identical(res);
+  for (int r = 0; r < n; ++r) {
+    const auto& recs = res.records[static_cast<size_t>(r)];
+    const Controller& c = *res.controllers[static_cast<size_t>(r)];
+    CHECK(recs[0].result.full_cycle);
+    CHECK(recs[0].result.hits.empty());  // negotiated in full: found by name
+    for (int cycle = 1; cycle < steps; ++cycle) {
+      INFO("rank " << r << " cycle " << cycle);
+      const CycleResult& out = recs[static_cast<size_t>(cycle)].result;
+      CHECK_FALSE(out.full_cycle);  // a misused hint invalidates the entry: a full cycle
+      REQUIRE(out.responses.size() == names.size());
+      REQUIRE(out.hits.size() == out.responses.size());
+      for (size_t k = 0; k < out.responses.size(); ++k) {
+        const std::string& name = out.responses[k].name;
+        const size_t i =
+            static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+        REQUIRE(i < names.size());
+        CHECK(out.responses[k].shape == Shape({static_cast<int64_t>(i + 1)}));
+        CHECK(out.hits[k].tag == tag_of(r, i));
+        const std::optional<uint32_t> bit = c.cache().find(name);
+        REQUIRE(bit);
+        CHECK(out.hits[k].bit == *bit);
+      }
+    }
+  }
+}
+
 namespace {
 
 // One parameter changed on one rank, and how the error must describe both values.
