@@ -51,8 +51,13 @@ std::string describe(const Request& q) {
 class Submission {
  public:
   Submission(const char* what, ProcessSet set) : rt_(runtime_or_throw(what)) {
-    Status s = rt_->find_set(set.id, &set_);
-    if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
+    // The global set lives as long as the runtime (held by rt_): no reference to count.
+    set_ = set.id == 0 ? rt_->global_set() : nullptr;
+    if (!set_) {
+      Status s = rt_->find_set(set.id, &held_set_);
+      if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
+      set_ = held_set_.get();
+    }
     entries_.swap(spare_entries());
   }
   ~Submission() {
@@ -178,18 +183,19 @@ class Submission {
     auto state = make_pooled<detail::HandleState>(
         unnamed_.empty() ? handle_name : entries_.front().request.name,
         static_cast<int>(entries_.size()));
-    state->set_driver(set_);  // an untimed wait runs the set's cycles itself
+    state->set_driver(set_->weak_from_this());  // an untimed wait runs the set's cycles itself
     const int64_t now = rt_->timeline()->enabled() ? now_us() : 0;
     for (auto& e : entries_) {
       e.handle = state;
       e.enqueue_us = now;
     }
     throw_if_error(set_->enqueue(std::move(entries_)));
-    state_ = std::move(state);  // moved, not copied: each reference count is an atomic
-    return Handle(state_);
+    state_ = state.get();
+    return Handle(std::move(state));  // moved, not copied: each reference count is an atomic
   }
-  /// The state behind the last submit() (for results the public Handle does not expose).
-  const std::shared_ptr<detail::HandleState>& state() const { return state_; }
+  /// The state behind the last submit() (for results the public Handle does not expose),
+  /// valid while that Handle lives.
+  detail::HandleState* state() const { return state_; }
   Handle submit() { return submit(entries_.front().request.name); }
 
  private:
@@ -230,14 +236,15 @@ class Submission {
   }
 
   std::shared_ptr<Runtime> rt_;
-  std::shared_ptr<ProcessSetState> set_;
+  ProcessSetState* set_ = nullptr;
+  std::shared_ptr<ProcessSetState> held_set_;  // a set other than the global one
   std::vector<TensorEntry> entries_;
   std::vector<TensorEntry> dropped_;       // a name's second occurrence, never submitted
   std::string error_;                      // the first local failure; empty if none
   bool names_used_ = false;                // spare_names() holds this submission's names
   std::vector<size_t> unnamed_;            // entries to number at submit()
   bool grouped_ = false;
-  std::shared_ptr<detail::HandleState> state_;
+  detail::HandleState* state_ = nullptr;
 
   /// A vector of entries per thread, lent to each submission in turn: a call that submits
   /// one tiny tensor would otherwise spend a good part of its time allocating and freeing it.
@@ -565,8 +572,9 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
 int join() {
   Submission sub("join", ProcessSet{});
   sub.add(OpType::kJoin, kJoinName, TensorView(nullptr, DataType::kUInt8, {0}));
-  sub.submit("join").wait();
-  return static_cast<int>(sub.state()->value());  // the last rank to join
+  const Handle h = sub.submit("join");
+  h.wait();
+  return static_cast<int>(sub.state()->value());  // the last rank to join (h keeps it)
 }
 
 void barrier(ProcessSet set) {

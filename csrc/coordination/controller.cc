@@ -440,23 +440,20 @@ void Controller::update_stall_state(const std::vector<uint64_t>& v, uint32_t wor
   const double now = clock_();
   const size_t kReady = 1, kNone = 1 + 2 * static_cast<size_t>(words);
   // Word at a time: in steady state almost every word is all-ready or all-idle.
-  for (auto it = partial_since_.begin(); it != partial_since_.end();) {
-    const uint32_t bit = it->first;
-    const bool partial = bit < words * 64 && cache_.has_bit(bit) && !test_bit(v, kReady, bit) &&
-                         !test_bit(v, kNone, bit);
-    it = partial ? std::next(it) : partial_since_.erase(it);
-  }
-  for (uint32_t w = 0; w < words; ++w) {
-    uint64_t partial = ~v[kReady + w] & ~v[kNone + w];
-    while (partial) {
-      const uint32_t bit = w * 64 + static_cast<uint32_t>(__builtin_ctzll(partial));
-      partial &= partial - 1;
-      if (cache_.has_bit(bit)) partial_since_.emplace(bit, now);
-    }
-  }
-  double oldest = now;
+  const uint32_t nbits = cache_.num_bits();
+  double oldest = partial_since_.update(
+      words,
+      [&](uint32_t w) {
+        uint64_t live = 0;
+        for (uint64_t p = ~v[kReady + w] & ~v[kNone + w]; p; p &= p - 1) {
+          const int b = __builtin_ctzll(p);
+          const uint32_t bit = w * 64 + static_cast<uint32_t>(b);
+          if (bit < nbits && cache_.has_bit(bit)) live |= 1ull << b;
+        }
+        return live;
+      },
+      now);
   for (const auto& [name, e] : table_) oldest = std::min(oldest, e.first_seen);
-  for (const auto& [bit, t] : partial_since_) oldest = std::min(oldest, t);
   const double age = now - oldest;
   const bool check_due = !options_.stall_check_disabled && age >= options_.stall_check_seconds &&
                          now - last_stall_report_time_ >= options_.stall_check_seconds;
@@ -510,8 +507,8 @@ std::string Controller::build_stall_report(const std::vector<RequestList>& lists
     }
     add(std::string(op_type_name(op)) + " '" + name + "'", now - first_seen, have);
   }
-  for (const auto& [bit, since] : partial_since_) {
-    if (now - since < min_age || !cache_.has_bit(bit)) continue;
+  partial_since_.for_each([&](uint32_t bit, double since) {
+    if (now - since < min_age || !cache_.has_bit(bit)) return;
     std::vector<int> have;
     for (int r = 0; r < n; ++r) {
       const auto& bits = lists[static_cast<size_t>(r)].pending_cache_bits;
@@ -519,7 +516,7 @@ std::string Controller::build_stall_report(const std::vector<RequestList>& lists
     }
     const Response& resp = cache_.at(bit);
     add(std::string(op_type_name(resp.op)) + " '" + resp.name + "'", now - since, have);
-  }
+  });
   last_stall_report_time_ = now;
   want_stall_report_ = false;
   if (stalled == 0) return "";

@@ -78,6 +78,51 @@ struct CycleResult {
   bool full_cycle = false;  ///< the gather/broadcast of step 4 ran
 };
 
+/// Rank 0: since when each cached bit has been ready on some ranks but not all (its tensor
+/// may be stalled). Flat, by bit, with a mask per 64 bits: while one rank runs ahead of
+/// another, a thousand bits can turn partial and back every cycle, and a tree node for each
+/// cost more than the rest of their negotiation.
+class PartialBits {
+ public:
+  /// Sets the partial bits to exactly those of `mask_of(w)` for each of `words` words (a bit
+  /// newly partial starts its time at `now`); returns the oldest start, or `now`.
+  template <typename MaskOf>
+  double update(uint32_t words, MaskOf&& mask_of, double now) {
+    mask_.resize(words, 0);  // bits past the cache's end are partial no more
+    since_.resize(static_cast<size_t>(words) * 64, 0.0);
+    double oldest = now;
+    for (uint32_t w = 0; w < words; ++w) {
+      const uint64_t m = mask_of(w);
+      for (uint64_t fresh = m & ~mask_[w]; fresh; fresh &= fresh - 1) {
+        since_[w * 64 + static_cast<uint32_t>(__builtin_ctzll(fresh))] = now;
+      }
+      mask_[w] = m;
+      for (uint64_t live = m; live; live &= live - 1) {
+        oldest = std::min(oldest, since_[w * 64 + static_cast<uint32_t>(__builtin_ctzll(live))]);
+      }
+    }
+    return oldest;
+  }
+  /// Forgets `bit` (dropped or evicted from the cache).
+  void erase(uint32_t bit) {
+    if (bit / 64 < mask_.size()) mask_[bit / 64] &= ~(1ull << (bit % 64));
+  }
+  /// Calls f(bit, since) for every partial bit, lowest first.
+  template <typename F>
+  void for_each(F&& f) const {
+    for (uint32_t w = 0; w < mask_.size(); ++w) {
+      for (uint64_t m = mask_[w]; m; m &= m - 1) {
+        const uint32_t bit = w * 64 + static_cast<uint32_t>(__builtin_ctzll(m));
+        f(bit, since_[bit]);
+      }
+    }
+  }
+
+ private:
+  std::vector<uint64_t> mask_;  // bit set: partial
+  std::vector<double> since_;   // valid where the mask is set
+};
+
 /// This rank's requests that are cache hits, indexed by their bit: a flat table (bits are
 /// dense, at most the cache capacity), so a hit costs no allocation or tree operation.
 class PendingBits {
@@ -213,7 +258,7 @@ class Controller {
   // Rank 0 only.
   std::unordered_map<std::string, TableEntry> table_;
   std::map<std::string, std::vector<Response>> held_groups_;
-  std::map<uint32_t, double> partial_since_;  // cached bits pending on some ranks only
+  PartialBits partial_since_;  // cached bits pending on some ranks only
   bool want_stall_report_ = false;
   int last_joined_ = -1;
   double last_stall_report_time_ = -1e300;

@@ -65,7 +65,7 @@ std::string describe_current_exception() {
 void Executor::execute(const std::vector<Response>& responses, const TakeEntries& take, bool joined) {
   if (responses.empty()) return;
   const std::vector<FusionBatch>& plan = planner_.plan(responses, threshold_);
-  std::vector<TensorEntry*>& all_entries = entries_;  // refilled every cycle
+  std::vector<PendingTensor*>& all_entries = entries_;  // refilled every cycle
   take(responses, &all_entries);
   const bool traced = timeline_ && timeline_->enabled();
   for (const FusionBatch& fb : plan) {
@@ -82,7 +82,7 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
     bool diverged = false;
     for (size_t k = 0; k < m; ++k) {
       const size_t i = fb.members[k];
-      TensorEntry* e = all_entries[i];
+      PendingTensor* e = all_entries[i];
       BatchTensor& t = b.tensors[k];
       t.response = &responses[i];
       t.present = e != nullptr;

@@ -39,7 +39,7 @@ class Executor {
   /// The entries stay where they are (moving one costs more than a tiny tensor's collective):
   /// the caller keeps them alive until execute() returns.
   using TakeEntries = std::function<void(const std::vector<Response>& responses,
-                                         std::vector<TensorEntry*>* entries)>;
+                                         std::vector<PendingTensor*>* entries)>;
 
   /// Executes `responses` in order, fusing allreduces per the fusion plan, and completes each
   /// entry's handle. `joined`: this rank called join(), so allreduces it did not submit run
@@ -57,7 +57,7 @@ class Executor {
   FusionPlanner planner_;  // keeps the plan's memory from cycle to cycle
   std::vector<int> global_ranks_;
   Timeline* timeline_;
-  std::vector<TensorEntry*> entries_;  // execute()'s scratch, kept for its room
+  std::vector<PendingTensor*> entries_;  // execute()'s scratch, kept for its room
   // The vectors of the last batch a transport finished before returning, for the next one:
   // built anew, a fused batch of a thousand tensors allocates ~150 KiB per cycle, and each
   // such allocation makes glibc merge its free small blocks (every tiny tensor's next

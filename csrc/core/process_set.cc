@@ -140,8 +140,7 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
         op_type_name(pending_op) +
         " of the same name is still pending; wait for it before reusing the name");
   };
-  // The requests go to the background thread; the places keep the rest (and request.op,
-  // which a moved-from request still holds, for messages).
+  // The requests go to the negotiation; the places keep the rest (PendingTensor).
   OpType pending_op = OpType::kAllreduce;
   if (entries.size() == 1) {  // the common case: one probe of the index
     TensorEntry& e = entries.front();
@@ -152,7 +151,7 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
     for (const auto& e : entries) {
       const uint32_t at = names_.find(e.request.name);
       if (at != NameIndex::kNone && pool_[at].state == PlaceState::kPending) {
-        return still_pending(e.request, pool_[at].entry.request.op);
+        return still_pending(e.request, pool_[at].entry.op);
       }
     }
     for (auto& e : entries) {  // names are unique within a submission (api.cc)
@@ -175,7 +174,7 @@ uint32_t ProcessSetState::place_for(const std::string& name, OpType* pending_op)
     Place& p = pool_[at];
     if (p.state == PlaceState::kIdle) return at;  // the steady state: the name's own place
     if (p.state == PlaceState::kPending) {
-      *pending_op = p.entry.request.op;
+      *pending_op = p.entry.op;
       return kNoLocalTag;
     }
     // Taken: the executor still reads it (the handle completed, recycle_taken() has not run
@@ -203,16 +202,11 @@ uint32_t ProcessSetState::place_for(const std::string& name, OpType* pending_op)
 
 void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
   Place& p = pool_[at];
-  TensorEntry* d = &p.entry;
   p.state = PlaceState::kPending;
   ++pending_count_;
-  // The request goes straight to the background thread; the place keeps its op (messages).
-  d->request.op = e.request.op;
-  d->input = std::move(e.input);
-  d->output = std::move(e.output);
-  d->handle = std::move(e.handle);
-  d->part = e.part;
-  d->enqueue_us = e.enqueue_us;
+  e.op = e.request.op;
+  p.entry = std::move(static_cast<PendingTensor&>(e));
+  // The request goes straight to the negotiation, tagged with its place.
   e.request.local_tag = at;
   e.request.cache_hint = p.cache_hint;
   new_requests_.push_back(std::move(e.request));
@@ -249,7 +243,7 @@ void ProcessSetState::recycle_taken() {
 
 void ProcessSetState::take_entries(const std::vector<Response>& responses,
                                    const std::vector<LocalHit>& hits,
-                                   std::vector<TensorEntry*>* entries) {
+                                   std::vector<PendingTensor*>* entries) {
   // Only the state changes happen under the lock (user threads enqueue meanwhile); the
   // entries stay in their places, which recycle_taken() releases after execute().
   taken_.clear();
@@ -455,7 +449,7 @@ bool ProcessSetState::cycle() {
   const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
       result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
   const auto take = [this, &result](const std::vector<Response>& rs,
-                                    std::vector<TensorEntry*>* es) {
+                                    std::vector<PendingTensor*>* es) {
     take_entries(rs, result.hits, es);
   };
   {
@@ -531,7 +525,7 @@ void ProcessSetState::stop(const Status& why) {
         return;
       }
       if (p.state == PlaceState::kPending) {
-        orphans.push_back({name, p.entry.request.op, std::move(p.entry.handle)});
+        orphans.push_back({name, p.entry.op, std::move(p.entry.handle)});
       }
       p.state = PlaceState::kFree;
       p.bound = false;

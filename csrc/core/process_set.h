@@ -38,7 +38,8 @@ namespace hvd {
 
 class Timeline;
 
-class ProcessSetState : public detail::CycleDriver {
+class ProcessSetState : public detail::CycleDriver,
+                        public std::enable_shared_from_this<ProcessSetState> {
  public:
   /// Takes ownership of `planes` (this rank must be a member) and starts the background thread.
   ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank,
@@ -98,7 +99,7 @@ class ProcessSetState : public detail::CycleDriver {
   /// Takes the entries of `responses` (by the hits' tags, the others by name) for the
   /// executor; a response with no entry here gets a null one.
   void take_entries(const std::vector<Response>& responses, const std::vector<LocalHit>& hits,
-                    std::vector<TensorEntry*>* entries);
+                    std::vector<PendingTensor*>* entries);
   /// After execute(): the taken places become free.
   void recycle_taken();
 
@@ -136,7 +137,7 @@ class ProcessSetState : public detail::CycleDriver {
     kTaken,    ///< take_entries() gave it to the executor, which reads it without mu_
   };
   struct Place {
-    TensorEntry entry;
+    PendingTensor entry;
     PlaceState state = PlaceState::kFree;
     /// False once its name was bound to another place (resubmitted while this one was still
     /// taken): recycle_taken() then frees it instead of keeping it for the name.
@@ -158,7 +159,7 @@ class ProcessSetState : public detail::CycleDriver {
   void sweep_idle_names();
   // cycle_mu_: the places take_entries() took, and their entries (read through the pointer:
   // pool_ itself may be growing under a user thread meanwhile), until execute() returns.
-  std::vector<std::pair<uint32_t, TensorEntry*>> taken_;
+  std::vector<std::pair<uint32_t, PendingTensor*>> taken_;
   std::vector<Request> new_requests_;                   // guarded by mu_
   bool shutdown_requested_ = false;                     // guarded by mu_
   bool sleeping_ = false;  // guarded by mu_: the thread waits on cv_ (enqueue must notify)

@@ -31,6 +31,8 @@ class Runtime {
 
   /// The set with `id` if this rank belongs to it; a clear error otherwise.
   Status find_set(int id, std::shared_ptr<ProcessSetState>* out) const;
+  /// Set 0 (every rank), without a reference count: valid while this runtime lives.
+  ProcessSetState* global_set() const { return global_set_.get(); }
   /// Collective over every rank, in the same order everywhere.
   Status add_process_set(std::vector<int> ranks, int* id);
   Status remove_process_set(int id);

@@ -9,21 +9,28 @@
 
 namespace hvd {
 
-/// Owned by the runtime's table from submission until the background thread executes its
-/// response; the user keeps the memory behind `input` and `output` alive until then.
-struct TensorEntry {
+/// What the runtime's table keeps of a submitted tensor, from submission until the executor
+/// runs its response; the user keeps the memory behind `input` and `output` alive until then.
+/// Kept small (about two cache lines): a step of a thousand tiny tensors writes a thousand of
+/// them, and the request (names, shapes) goes to the negotiation instead.
+struct PendingTensor {
+  PendingTensor() {}  // NOLINT(modernize-use-equals-default): see TensorEntry()
+  OpType op = OpType::kAllreduce;  ///< for messages about a tensor still in the table
+  TensorView input;
+  TensorView output;  ///< == input for in-place operations; unused by allgather
+  std::shared_ptr<detail::HandleState> handle;
+  int part = 0;            ///< index of this tensor in its handle (grouped operations)
+  int64_t enqueue_us = 0;  ///< when it was submitted (timeline)
+};
+
+/// A tensor as the API builds it: its request, and what the table keeps. enqueue() moves the
+/// request to the negotiation and the rest into the table.
+struct TensorEntry : PendingTensor {
   /// User-provided on purpose: `emplace_back()` value-initializes, which for an implicit
   /// constructor first zeroes all ~400 bytes (a `rep stos`, ~2% of a tiny tensor's cycles in
   /// workload d) before the member initializers run.
   TensorEntry() {}  // NOLINT(modernize-use-equals-default)
-  /// Built by the API; enqueue() moves it to the background thread, after which only
-  /// `request.op` is still valid in the table (the table's key is the name).
   Request request;
-  TensorView input;
-  TensorView output;  ///< == input for in-place operations; unused by allgather
-  std::shared_ptr<detail::HandleState> handle;
-  int part = 0;  ///< index of this tensor in its handle (grouped operations)
-  int64_t enqueue_us = 0;  ///< when it was submitted (timeline)
 };
 
 }  // namespace hvd

@@ -28,7 +28,10 @@ std::string shm_name(const std::string& tag, int rank) {
 // The logical vector made of the caller's segments: visits the pieces of [lo, hi).
 class Pieces {
  public:
-  Pieces(const std::vector<Segment>& segs, int64_t esize) : segs_(segs), esize_(esize) {
+  /// `starts`: room for the offsets, reused between calls.
+  Pieces(const std::vector<Segment>& segs, int64_t esize, std::vector<int64_t>* starts)
+      : segs_(segs), esize_(esize), starts_(*starts) {
+    starts_.clear();
     starts_.reserve(segs.size() + 1);
     int64_t at = 0;
     for (const auto& s : segs) {
@@ -56,7 +59,7 @@ class Pieces {
  private:
   const std::vector<Segment>& segs_;
   int64_t esize_;
-  std::vector<int64_t> starts_;
+  std::vector<int64_t>& starts_;
   mutable size_t cursor_ = 0;
 };
 
@@ -227,7 +230,7 @@ Status ShmAllreduce::read_peer(int r, int64_t offset, void* out, int64_t bytes) 
 Status ShmAllreduce::allreduce_whole(const std::vector<Segment>& segs, DataType dtype,
                                      ReduceOp op, double scale, int64_t divisor) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const Pieces pieces(segs, esize);
+  const Pieces pieces(segs, esize, &starts_);
   const Round rd = next_round(pieces.total() * esize);
   const uint64_t s = rd.s;
   if (s >= 2) HVD_RETURN_IF_ERROR(wait_all(kCollected, s - 1));
@@ -252,7 +255,7 @@ Status ShmAllreduce::allreduce_whole(const std::vector<Segment>& segs, DataType 
 Status ShmAllreduce::allreduce(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,
                                double scale, int64_t divisor) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const Pieces pieces(segs, esize);
+  const Pieces pieces(segs, esize, &starts_);
   const int64_t total = pieces.total();
   if (total > 0 && total * esize <= std::min(kWholeBytes, chunk_bytes_)) {
     return allreduce_whole(segs, dtype, op, scale, divisor);

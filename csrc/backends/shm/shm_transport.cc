@@ -104,6 +104,7 @@ class ShmTransport : public Transport {
   }
 
   std::unique_ptr<ShmAllreduce> shm_;
+  std::vector<Segment> segs_;  // allreduce(): the batch's segments, room kept between calls
   const int rank_;
   const int size_;
   const int64_t min_bytes_;
@@ -118,7 +119,8 @@ Status ShmTransport::allreduce(Batch& b) {
     if (!t.present) absent_bytes += t.response->nbytes_for_rank(0);
   }
   unsigned char* zero = absent_bytes ? zeros(absent_bytes) : nullptr;
-  std::vector<Segment> segs;
+  std::vector<Segment>& segs = segs_;  // kept between calls (see ShmAllreduce::starts_)
+  segs.clear();
   segs.reserve(b.tensors.size());
   for (const BatchTensor& t : b.tensors) {
     const int64_t count = num_elements(t.response->shape);
