@@ -141,21 +141,25 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
         " of the same name is still pending; wait for it before reusing the name");
   };
   // The requests go to the negotiation; the places keep the rest (PendingTensor).
+  // Swept before the lookups, so the places they find stay valid until used.
+  if (names_.size() >= sweep_at_) sweep_idle_names();
   OpType pending_op = OpType::kAllreduce;
   if (entries.size() == 1) {  // the common case: one probe of the index
     TensorEntry& e = entries.front();
-    const uint32_t at = place_for(e.request.name, &pending_op);
+    const uint32_t at = place_for(e.request.name, names_.find(e.request.name), &pending_op);
     if (at == kNoLocalTag) return still_pending(e.request, pending_op);
     fill(at, e);
   } else {
+    found_.clear();  // each name probed once, checked for every member before any is placed
     for (const auto& e : entries) {
       const uint32_t at = names_.find(e.request.name);
       if (at != NameIndex::kNone && pool_[at].state == PlaceState::kPending) {
         return still_pending(e.request, pool_[at].entry.op);
       }
+      found_.push_back(at);
     }
-    for (auto& e : entries) {  // names are unique within a submission (api.cc)
-      fill(place_for(e.request.name, &pending_op), e);
+    for (size_t i = 0; i < entries.size(); ++i) {  // names are unique within a submission
+      fill(place_for(entries[i].request.name, found_[i], &pending_op), entries[i]);
     }
   }
   enqueued_.fetch_add(1, std::memory_order_relaxed);
@@ -168,8 +172,7 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   return Status::OK();
 }
 
-uint32_t ProcessSetState::place_for(const std::string& name, OpType* pending_op) {
-  const uint32_t at = names_.find(name);
+uint32_t ProcessSetState::place_for(const std::string& name, uint32_t at, OpType* pending_op) {
   if (at != NameIndex::kNone) {
     Place& p = pool_[at];
     if (p.state == PlaceState::kIdle) return at;  // the steady state: the name's own place
@@ -181,8 +184,6 @@ uint32_t ProcessSetState::place_for(const std::string& name, OpType* pending_op)
     // yet). The name moves to a new place; this one is freed when the executor is done.
     p.bound = false;
     names_.erase(name);
-  } else if (names_.size() >= sweep_at_) {
-    sweep_idle_names();
   }
   uint32_t fresh;
   if (free_.empty()) {

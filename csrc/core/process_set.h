@@ -149,13 +149,16 @@ class ProcessSetState : public detail::CycleDriver,
   std::vector<uint32_t> free_;  // guarded by mu_
   size_t pending_count_ = 0;    // guarded by mu_: places in kPending
   size_t sweep_at_ = 1024;      // guarded by mu_: names_ size at which idle names are dropped
-  /// The place for `name` (mu_ held): its own when idle, a new one otherwise; kNoLocalTag if
-  /// a tensor of that name is still pending (`*pending_op`: its op).
-  uint32_t place_for(const std::string& name, OpType* pending_op);
+  std::vector<uint32_t> found_;  // guarded by mu_: enqueue()'s lookups of a group's names
+  /// The place for `name`, whose place in names_ is `at` (or NameIndex::kNone), mu_ held: its
+  /// own when idle, a new one otherwise; kNoLocalTag if a tensor of that name is still
+  /// pending (`*pending_op`: its op).
+  uint32_t place_for(const std::string& name, uint32_t at, OpType* pending_op);
   /// Moves `e` into place `at` (made pending) and its request, tagged, to new_requests_.
   void fill(uint32_t at, TensorEntry& e);
-  /// Unbinds the names of idle places and frees those places, once names_ has doubled
-  /// (names used once, such as unnamed calls' numbered names, would otherwise pile up).
+  /// Unbinds the names of idle places and frees those places; enqueue() calls it once names_
+  /// has grown to sweep_at_, twice what the last sweep left (names used once, such as
+  /// unnamed calls' numbered names, would otherwise pile up).
   void sweep_idle_names();
   // cycle_mu_: the places take_entries() took, and their entries (read through the pointer:
   // pool_ itself may be growing under a user thread meanwhile), until execute() returns.

@@ -9,7 +9,7 @@
 //
 // Prints rank 0's median and fastest step for both, and the ratio of the medians. Exit 1 if
 // any element of either is wrong (checked on every rank, first with rank-dependent data,
-// then after every timed step).
+// then after the timed steps).
 #include <mpi.h>
 
 #include <algorithm>
@@ -19,17 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "horovod_cpp/horovod_cpp.h"
 
 namespace {
 
+using bench::count_wrong_average;
+using bench::sum_over_ranks;
+using bench::workload_seed;
 using Tensors = std::vector<std::vector<float>>;
-
-// The value every rank holds in element i of tensor k (the same on every rank, so the
-// average is the value itself, exactly).
-float seed(size_t k, size_t i) {
-  return static_cast<float>((k * 7 + i) % 13);
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -70,22 +68,32 @@ int main(int argc, char** argv) {
                 packed.begin() + static_cast<long>((k + 1) * nf), theirs[k].begin());
     }
   };
-  // A first step with rank-dependent data: the average of rank + i over the ranks.
-  long wrong = 0;
-  for (size_t k = 0; k < nt; ++k) {
-    for (size_t i = 0; i < nf; ++i)
-      ours[k][i] = theirs[k][i] = static_cast<float>(me + 2 * static_cast<int>(i % 5));
-  }
+  // A first step with rank-dependent data (the workloads' seed), checked against the average.
+  const auto seed_all = [&](int r) {
+    for (size_t k = 0; k < nt; ++k) {
+      for (size_t i = 0; i < nf; ++i) {
+        ours[k][i] = theirs[k][i] =
+            workload_seed(r, static_cast<int64_t>(k), static_cast<int64_t>(i));
+      }
+    }
+  };
+  // Wrong elements of both, against the average of `ranks` ranks' seeds.
+  const auto wrong_of = [&](int ranks) {
+    int64_t w = 0;
+    for (size_t k = 0; k < nt; ++k) {
+      const int64_t f = static_cast<int64_t>(nf), t = static_cast<int64_t>(k);
+      w += count_wrong_average(ours[k].data(), f, t, ranks) +
+           count_wrong_average(theirs[k].data(), f, t, ranks);
+    }
+    return w;
+  };
+  seed_all(me);
   step_ours();
   step_theirs();
-  const float base = static_cast<float>(n - 1) / 2.0f;
-  for (size_t k = 0; k < nt; ++k) {
-    for (size_t i = 0; i < nf; ++i) {
-      const float want = base + static_cast<float>(2 * (i % 5));
-      wrong += (ours[k][i] != want) + (theirs[k][i] != want);
-      ours[k][i] = theirs[k][i] = seed(k, i);
-    }
-  }
+  int64_t wrong = wrong_of(n);
+  // Then rank 0's seed on every rank (small integers: their average is exactly themselves),
+  // so the results after every timed step are checked too.
+  seed_all(0);
   std::vector<double> t_ours, t_theirs;
   using clock = std::chrono::steady_clock;
   for (int s = 0; s < steps; ++s) {
@@ -96,20 +104,17 @@ int main(int argc, char** argv) {
     step_theirs();
     t_theirs.push_back(std::chrono::duration<double>(clock::now() - t0).count());
   }
-  for (size_t k = 0; k < nt; ++k) {
-    for (size_t i = 0; i < nf; ++i)
-      wrong += (ours[k][i] != seed(k, i)) + (theirs[k][i] != seed(k, i));
-  }
-  long wrong_all = 0;
-  MPI_Allreduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  wrong += wrong_of(1);
+  const int64_t wrong_all = sum_over_ranks(MPI_COMM_WORLD, wrong);
   if (me == 0 && steps > 0) {
     const double mo = median(t_ours), mt = median(t_theirs);
     std::printf(
         "d loop, %d ranks, %zu tensors x %zu floats, %d steps: hvd median %.3f ms "
         "(fastest %.3f) | packed MPI median %.3f ms (fastest %.3f) | ratio %.2f | "
-        "wrong elements %ld\n",
+        "wrong elements %lld\n",
         n, nt, nf, steps, mo * 1e3, *std::min_element(t_ours.begin(), t_ours.end()) * 1e3, mt * 1e3,
-        *std::min_element(t_theirs.begin(), t_theirs.end()) * 1e3, mo / mt, wrong_all);
+        *std::min_element(t_theirs.begin(), t_theirs.end()) * 1e3, mo / mt,
+        static_cast<long long>(wrong_all));
   }
   hvd::shutdown();
   return wrong_all == 0 ? 0 : 1;
