@@ -183,7 +183,7 @@ class Submission {
     auto state = make_pooled<detail::HandleState>(
         unnamed_.empty() ? handle_name : entries_.front().request.name,
         static_cast<int>(entries_.size()));
-    state->set_driver(set_->weak_from_this());  // an untimed wait runs the set's cycles itself
+    state->set_driver(set_->as_driver());  // an untimed wait runs the set's cycles itself
     const int64_t now = rt_->timeline()->enabled() ? now_us() : 0;
     for (auto& e : entries_) {
       e.handle = state;

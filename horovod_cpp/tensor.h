@@ -6,12 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "horovod_cpp/shape.h"
 #include "horovod_cpp/types.h"
 
 namespace hvd {
-
-/// The shape of a tensor: one extent per dimension; empty for a scalar.
-using Shape = std::vector<int64_t>;
 
 /// Number of elements of `shape` (1 for a scalar). A product that does not fit in int64_t
 /// (a shape no tensor can have, e.g. one decoded from a corrupt message) saturates at

@@ -179,7 +179,7 @@ bool lookup_torch_dtype(py::handle dtype, hvd::DataType* out) {
 }
 
 /// shape of a torch tensor (a torch.Size, i.e. a tuple of ints) into `out`.
-void read_shape(py::handle shape, std::vector<int64_t>* out) {
+void read_shape(py::handle shape, hvd::Shape* out) {
   if (!PyTuple_Check(shape.ptr())) {
     for (py::handle d : shape) out->push_back(d.cast<int64_t>());
     return;

@@ -23,7 +23,8 @@ class Writer {
     pod<uint32_t>(static_cast<uint32_t>(s.size()));
     out_.append(s);
   }
-  void i64s(const std::vector<int64_t>& v) {
+  template <typename Ints>  // std::vector<int64_t> or Shape
+  void i64s(const Ints& v) {
     pod<uint32_t>(static_cast<uint32_t>(v.size()));
     for (int64_t x : v) pod<int64_t>(x);
   }
@@ -50,7 +51,8 @@ class Reader {
     p_ += n;
     return true;
   }
-  bool i64s(std::vector<int64_t>* v) {
+  template <typename Ints>  // std::vector<int64_t> or Shape
+  bool i64s(Ints* v) {
     uint32_t n;
     if (!pod(&n) || static_cast<size_t>(end_ - p_) / sizeof(int64_t) < n) return false;
     v->resize(n);
@@ -223,7 +225,7 @@ Status check_response_list(const ResponseList& list, int set_size) {
     return Status::Backend(std::string("malformed response list message from rank 0: ") +
                            op_type_name(r.op) + " '" + r.name + "' " + what);
   };
-  auto negative = [](const std::vector<int64_t>& v) {
+  auto negative = [](const auto& v) {  // a Shape or a std::vector<int64_t>
     for (int64_t x : v) {
       if (x < 0) return true;
     }

@@ -52,7 +52,7 @@ class HandleState {
 
   const std::string& name() const { return name_; }
   /// The set whose cycles an untimed wait may run (before the handle is published).
-  void set_driver(std::weak_ptr<CycleDriver> driver) { driver_ = std::move(driver); }
+  void set_driver(const std::weak_ptr<CycleDriver>& driver) { driver_ = driver; }
   bool done() const { return done_.load(std::memory_order_acquire); }
 
   /// Completes one part; the whole once every part has completed.

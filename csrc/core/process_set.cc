@@ -18,6 +18,16 @@
 
 namespace hvd {
 
+std::shared_ptr<ProcessSetState> ProcessSetState::create(int id, std::vector<int> global_ranks,
+                                                         int my_global_rank,
+                                                         std::unique_ptr<SetPlanes> planes,
+                                                         const Config& config, Timeline* timeline) {
+  auto set = std::make_shared<ProcessSetState>(id, std::move(global_ranks), my_global_rank,
+                                               std::move(planes), config, timeline);
+  set->self_ = set;
+  return set;
+}
+
 ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank,
                                  std::unique_ptr<SetPlanes> planes, const Config& config,
                                  Timeline* timeline)
@@ -146,13 +156,13 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   OpType pending_op = OpType::kAllreduce;
   if (entries.size() == 1) {  // the common case: one probe of the index
     TensorEntry& e = entries.front();
-    const uint32_t at = place_for(e.request.name, names_.find(e.request.name), &pending_op);
+    const uint32_t at = place_for(e.request.name, find_place(e.request.name), &pending_op);
     if (at == kNoLocalTag) return still_pending(e.request, pending_op);
     fill(at, e);
   } else {
     found_.clear();  // each name probed once, checked for every member before any is placed
     for (const auto& e : entries) {
-      const uint32_t at = names_.find(e.request.name);
+      const uint32_t at = find_place(e.request.name);
       if (at != NameIndex::kNone && pool_[at].state == PlaceState::kPending) {
         return still_pending(e.request, pool_[at].entry.op);
       }
@@ -170,6 +180,17 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
     cv_.notify_one();
   }
   return Status::OK();
+}
+
+uint32_t ProcessSetState::find_place(const std::string& name) const {
+  if (last_placed_ != kNoLocalTag) {
+    const uint32_t guess = pool_[last_placed_].next;
+    if (guess != kNoLocalTag) {
+      const Place& p = pool_[guess];
+      if (p.bound && p.name == name) return guess;  // bound: names_ maps `name` here
+    }
+  }
+  return names_.find(name);
 }
 
 uint32_t ProcessSetState::place_for(const std::string& name, uint32_t at, OpType* pending_op) {
@@ -197,6 +218,7 @@ uint32_t ProcessSetState::place_for(const std::string& name, uint32_t at, OpType
   Place& p = pool_[fresh];
   p.state = PlaceState::kIdle;
   p.bound = true;
+  p.name = name;
   p.cache_hint = kNoLocalTag;
   return fresh;
 }
@@ -205,6 +227,8 @@ void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
   Place& p = pool_[at];
   p.state = PlaceState::kPending;
   ++pending_count_;
+  if (last_placed_ != kNoLocalTag) pool_[last_placed_].next = at;
+  last_placed_ = at;
   e.op = e.request.op;
   p.entry = std::move(static_cast<PendingTensor&>(e));
   // The request goes straight to the negotiation, tagged with its place.

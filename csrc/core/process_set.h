@@ -38,12 +38,17 @@ namespace hvd {
 
 class Timeline;
 
-class ProcessSetState : public detail::CycleDriver,
-                        public std::enable_shared_from_this<ProcessSetState> {
+class ProcessSetState : public detail::CycleDriver {
  public:
   /// Takes ownership of `planes` (this rank must be a member) and starts the background thread.
+  /// Made by create() only (handles keep a weak reference to the set, as_driver()).
   ProcessSetState(int id, std::vector<int> global_ranks, int my_global_rank,
                   std::unique_ptr<SetPlanes> planes, const Config& config, Timeline* timeline);
+  /// A new set (the constructor's arguments), shared.
+  static std::shared_ptr<ProcessSetState> create(int id, std::vector<int> global_ranks,
+                                                 int my_global_rank,
+                                                 std::unique_ptr<SetPlanes> planes,
+                                                 const Config& config, Timeline* timeline);
   ~ProcessSetState() override;
   ProcessSetState(const ProcessSetState&) = delete;
   ProcessSetState& operator=(const ProcessSetState&) = delete;
@@ -76,6 +81,12 @@ class ProcessSetState : public detail::CycleDriver,
   bool running() const { return !stopped_.load(); }
   std::string stop_reason() const;
 
+  /// This set as the CycleDriver of its handles (HandleState::set_driver): a weak reference
+  /// made once, so each submission copies it (one reference count) instead of converting
+  /// weak_from_this() (which locks and releases a strong reference, three more atomics on a
+  /// cache line the background thread shares).
+  const std::weak_ptr<detail::CycleDriver>& as_driver() const { return self_; }
+
   // detail::CycleDriver: a thread waiting on one of this set's handles runs cycles itself.
   Drive try_drive() override;
   void begin_driving() override;
@@ -103,6 +114,7 @@ class ProcessSetState : public detail::CycleDriver,
   /// After execute(): the taken places become free.
   void recycle_taken();
 
+  std::weak_ptr<detail::CycleDriver> self_;  // set by create(), before the set is shared
   const int id_;
   const std::vector<int> global_ranks_;
   int rank_ = -1;
@@ -143,6 +155,12 @@ class ProcessSetState : public detail::CycleDriver,
     /// taken): recycle_taken() then frees it instead of keeping it for the name.
     bool bound = false;
     uint32_t cache_hint = kNoLocalTag;  ///< the cache position of the name's last hit
+    /// The place submitted right after this one the last time (or kNoLocalTag): a training
+    /// loop submits its tensors in the same order every step, so enqueue() tries it before
+    /// hashing and probing the index for the next name.
+    uint32_t next = kNoLocalTag;
+    /// The name bound to this place while `bound` (names_ maps it here exactly then).
+    std::string name;
   };
   NameIndex names_;             // guarded by mu_: name -> its place
   std::deque<Place> pool_;      // guarded by mu_, except the taken places' entries
@@ -150,6 +168,9 @@ class ProcessSetState : public detail::CycleDriver,
   size_t pending_count_ = 0;    // guarded by mu_: places in kPending
   size_t sweep_at_ = 1024;      // guarded by mu_: names_ size at which idle names are dropped
   std::vector<uint32_t> found_;  // guarded by mu_: enqueue()'s lookups of a group's names
+  uint32_t last_placed_ = kNoLocalTag;  // guarded by mu_: the place enqueue() filled last
+  /// names_.find(name), mu_ held; tries the place that followed the last one filled first.
+  uint32_t find_place(const std::string& name) const;
   /// The place for `name`, whose place in names_ is `at` (or NameIndex::kNone), mu_ held: its
   /// own when idle, a new one otherwise; kNoLocalTag if a tensor of that name is still
   /// pending (`*pending_op`: its op).

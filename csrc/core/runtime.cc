@@ -191,8 +191,8 @@ Status Runtime::create_set(std::vector<int> ranks, int id) {
   HVD_RETURN_IF_ERROR(world_->make_set(id, ranks, config_, &planes));
   std::shared_ptr<ProcessSetState> set;
   if (planes) {
-    set = std::make_shared<ProcessSetState>(id, ranks, world_->rank(), std::move(planes), config_,
-                                            timeline_.get());
+    set = ProcessSetState::create(id, ranks, world_->rank(), std::move(planes), config_,
+                                  timeline_.get());
   }
   std::lock_guard<std::mutex> lk(sets_mu_);
   set_ranks_[id] = std::move(ranks);

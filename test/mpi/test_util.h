@@ -55,11 +55,13 @@ class ScopedEnv {
 /// Byte buffer holding n elements of dtype, filled from doubles.
 struct Buffer {
   hvd::DataType dtype;
-  std::vector<int64_t> shape;
+  hvd::Shape shape;
   std::vector<unsigned char> bytes;
 
-  Buffer(hvd::DataType d, std::vector<int64_t> s)
-      : dtype(d), shape(std::move(s)), bytes(static_cast<size_t>(hvd::num_elements(shape)) * hvd::dtype_size(d)) {}
+  Buffer(hvd::DataType d, hvd::Shape s)
+      : dtype(d),
+        shape(std::move(s)),
+        bytes(static_cast<size_t>(hvd::num_elements(shape)) * hvd::dtype_size(d)) {}
   int64_t n() const { return hvd::num_elements(shape); }
   hvd::TensorView view() { return hvd::TensorView(bytes.data(), dtype, shape); }
 

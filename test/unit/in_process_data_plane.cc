@@ -159,7 +159,7 @@ InProcessSets::InProcessSets(int n, const Config& config, bool small_first, int6
     auto data = std::make_unique<InProcessDataPlane>(&data_hub_, r);
     data_.push_back(data.get());
     planes->transports->add(std::make_unique<CpuTransport>(std::move(data), layout));
-    sets_.push_back(std::make_shared<ProcessSetState>(0, ranks, r, std::move(planes), config, nullptr));
+    sets_.push_back(ProcessSetState::create(0, ranks, r, std::move(planes), config, nullptr));
   }
 }
 

@@ -355,6 +355,88 @@ TEST_CASE("loop: a name still pending is refused, also once the table's nodes ar
   sets.shutdown();
 }
 
+TEST_CASE("loop: names in a changing order each find their own place", "[loop]") {
+  // A set tries, for each submitted name, the place that followed the previous one last
+  // time before it looks the name up. Steps repeat an order (the guess holds), then rotate
+  // it, drop a name, add one and swap two (the guess is wrong and must be checked): every
+  // tensor's sum must still land in its own buffer, on every rank.
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  const int kLen = 5;
+  const std::vector<std::vector<int>> orders = {
+      {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5}, {2, 3, 4, 5, 0, 1},   {2, 3, 5, 0, 1},
+      {2, 3, 6, 5, 0, 1}, {3, 2, 6, 5, 1, 0}, {0, 1, 2, 3, 4, 5, 6}};
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<std::vector<float>> bufs(7, std::vector<float>(kLen));
+    for (size_t step = 0; step < orders.size(); ++step) {
+      std::vector<std::shared_ptr<detail::HandleState>> hs;
+      for (int t : orders[step]) {
+        auto& b = bufs[static_cast<size_t>(t)];
+        for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, t, i) + step;
+        hs.push_back(
+            submit(sets.set(rank), entry(rank, OpType::kAllreduce, "grad." + std::to_string(t),
+                                         b.data(), DataType::kFloat32, {kLen}, nullptr)));
+      }
+      for (size_t k = 0; k < hs.size(); ++k) {
+        const int t = orders[step][k];
+        require_ok(hs[k]);
+        check_all("step " + std::to_string(step) + " grad." + std::to_string(t),
+                  bufs[static_cast<size_t>(t)].data(), kLen, [&](int64_t i) {
+                    float s = 0;
+                    for (int r = 0; r < n; ++r) s += value(r, t, static_cast<int>(i)) + step;
+                    return s;
+                  });
+      }
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: a name whose place is the guessed one is refused while it is pending", "[loop]") {
+  // Two rounds of "a" then "b" on both ranks: each set now guesses "b"'s place after "a".
+  // Then rank 0 submits "b" and "a" alone (both stay pending: rank 1 has not), and "b" once
+  // more right after "a": the guess points at "b"'s place, which is pending, so the second
+  // "b" must be refused and the first one still complete with the right sum.
+  InProcessSets sets(2, test_config());
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(6));  // [rank][a: 0-2, b: 3-5]
+  const auto submit_named = [&](int r, const char* name, float v) {
+    float* p = bufs[static_cast<size_t>(r)].data() + (name[0] == 'a' ? 0 : 3);
+    std::fill(p, p + 3, v);
+    return submit(sets.set(r),
+                  entry(r, OpType::kAllreduce, name, p, DataType::kFloat32, {3}, nullptr));
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (const char* name : {"a", "b"}) {
+      auto h0 = submit_named(0, name, 1.0f);
+      auto h1 = submit_named(1, name, 2.0f);
+      require_ok(h0);
+      require_ok(h1);
+      CHECK(bufs[0][name[0] == 'a' ? 0 : 3] == 3.0f);
+    }
+  }
+  auto b0 = submit_named(0, "b", 10.0f);
+  auto a0 = submit_named(0, "a", 20.0f);
+  float other[3] = {7, 7, 7};
+  std::vector<TensorEntry> again;
+  again.push_back(entry(0, OpType::kAllreduce, "b", other, DataType::kFloat32, {3},
+                        std::make_shared<detail::HandleState>("b", 1)));
+  const Status s = sets.set(0).enqueue(std::move(again));
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(s.message().find("still pending") != std::string::npos);
+  auto b1 = submit_named(1, "b", 1.0f);
+  auto a1 = submit_named(1, "a", 2.0f);
+  for (auto* h : {&b0, &a0, &b1, &a1}) require_ok(*h);
+  for (int r = 0; r < 2; ++r) {
+    check_all("a on rank " + std::to_string(r), bufs[static_cast<size_t>(r)].data(), 3,
+              [](int64_t) { return 22.0f; });
+    check_all("b on rank " + std::to_string(r), bufs[static_cast<size_t>(r)].data() + 3, 3,
+              [](int64_t) { return 11.0f; });
+  }
+  CHECK(other[0] == 7.0f);  // the refused tensor was never run
+  sets.shutdown();
+}
+
 TEST_CASE("loop: a joined rank contributes zeros and join returns the last rank", "[loop]") {
   const int n = GENERATE(2, 3);
   InProcessSets sets(n, test_config());
