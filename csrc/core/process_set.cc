@@ -226,6 +226,7 @@ uint32_t ProcessSetState::place_for(const std::string& name, uint32_t at, OpType
 void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
   Place& p = pool_[at];
   p.state = PlaceState::kPending;
+  p.used = true;
   ++pending_count_;
   if (last_placed_ != kNoLocalTag) pool_[last_placed_].next = at;
   last_placed_ = at;
@@ -240,7 +241,9 @@ void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
 void ProcessSetState::sweep_idle_names() {
   std::vector<std::string> idle;
   names_.for_each([&](const std::string& name, uint32_t at) {
-    if (pool_[at].state == PlaceState::kIdle) idle.push_back(name);
+    Place& p = pool_[at];
+    if (p.state == PlaceState::kIdle && !p.used) idle.push_back(name);
+    p.used = false;
   });
   for (const std::string& name : idle) {
     const uint32_t at = names_.erase(name);

@@ -87,6 +87,16 @@ class ProcessSetState : public detail::CycleDriver {
   /// cache line the background thread shares).
   const std::weak_ptr<detail::CycleDriver>& as_driver() const { return self_; }
 
+  /// For tests: how many names are bound to a place now, and whether `name` is.
+  size_t bound_names() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return names_.size();
+  }
+  bool is_bound(const std::string& name) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return names_.find(name) != NameIndex::kNone;
+  }
+
   // detail::CycleDriver: a thread waiting on one of this set's handles runs cycles itself.
   Drive try_drive() override;
   void begin_driving() override;
@@ -161,6 +171,8 @@ class ProcessSetState : public detail::CycleDriver {
     uint32_t next = kNoLocalTag;
     /// The name bound to this place while `bound` (names_ maps it here exactly then).
     std::string name;
+    /// Filled since the last sweep of idle names: a name in use every step survives sweeps.
+    bool used = false;
   };
   NameIndex names_;             // guarded by mu_: name -> its place
   std::deque<Place> pool_;      // guarded by mu_, except the taken places' entries
@@ -177,9 +189,11 @@ class ProcessSetState : public detail::CycleDriver {
   uint32_t place_for(const std::string& name, uint32_t at, OpType* pending_op);
   /// Moves `e` into place `at` (made pending) and its request, tagged, to new_requests_.
   void fill(uint32_t at, TensorEntry& e);
-  /// Unbinds the names of idle places and frees those places; enqueue() calls it once names_
-  /// has grown to sweep_at_, twice what the last sweep left (names used once, such as
-  /// unnamed calls' numbered names, would otherwise pile up).
+  /// Unbinds the names of idle places not filled since the last sweep and frees those places;
+  /// enqueue() calls it once names_ has grown to sweep_at_, twice what the last sweep left
+  /// (names used once, such as unnamed calls' numbered names, would otherwise pile up). A
+  /// name submitted between two sweeps keeps its place (a model's parameters are submitted
+  /// every step: dropping them made each step hash and insert them again).
   void sweep_idle_names();
   // cycle_mu_: the places take_entries() took, and their entries (read through the pointer:
   // pool_ itself may be growing under a user thread meanwhile), until execute() returns.

@@ -437,6 +437,61 @@ TEST_CASE("loop: a name whose place is the guessed one is refused while it is pe
   sets.shutdown();
 }
 
+TEST_CASE("loop: names used every step keep their places; names used once are swept", "[loop]") {
+  // 700 names submitted every step beside 500 used once each: the table is swept as it grows
+  // (twice what the last sweep left, from 1,024), and a sweep must drop only names not
+  // submitted since the one before: the 700 stay bound, and the table stays bounded.
+  InProcessSets sets(2, test_config());
+  constexpr int kKept = 700, kOnce = 500, kSteps = 12, kLen = 2;
+  std::vector<int> kept_missing(kSteps);
+  std::vector<size_t> names_after(kSteps);
+  const std::string err = on_ranks(2, [&](int rank) {
+    std::vector<std::vector<float>> bufs(kKept + kOnce, std::vector<float>(kLen));
+    for (int step = 0; step < kSteps; ++step) {
+      // The kept names complete (idle) before the names used once are submitted: a sweep
+      // among those sees every kept name idle.
+      std::vector<std::shared_ptr<detail::HandleState>> hs;
+      for (int k = 0; k < kKept + kOnce; ++k) {
+        if (k == kKept) {
+          for (auto& h : hs) require_ok(h);
+        }
+        auto& b = bufs[static_cast<size_t>(k)];
+        for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, k, i) + step;
+        const std::string name = k < kKept
+                                     ? "kept." + std::to_string(k)
+                                     : "once." + std::to_string(step) + "." + std::to_string(k);
+        hs.push_back(submit(sets.set(rank), entry(rank, OpType::kAllreduce, name, b.data(),
+                                                  DataType::kFloat32, {kLen}, nullptr)));
+      }
+      for (int k = 0; k < kKept + kOnce; ++k) {
+        require_ok(hs[static_cast<size_t>(k)]);
+        check_all("step " + std::to_string(step) + " tensor " + std::to_string(k),
+                  bufs[static_cast<size_t>(k)].data(), kLen, [&](int64_t i) {
+                    return value(0, k, static_cast<int>(i)) + value(1, k, static_cast<int>(i)) +
+                           2.0f * static_cast<float>(step);
+                  });
+      }
+      if (rank == 0) {
+        for (int k = 0; k < kKept; ++k) {
+          kept_missing[static_cast<size_t>(step)] +=
+              !sets.set(0).is_bound("kept." + std::to_string(k));
+        }
+        names_after[static_cast<size_t>(step)] = sets.set(0).bound_names();
+      }
+    }
+  });
+  INFO(err);
+  REQUIRE(err.empty());
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step << ": " << names_after[static_cast<size_t>(step)] << " names bound");
+    CHECK(kept_missing[static_cast<size_t>(step)] == 0);
+    // The names used once are swept: never more than a few steps' worth.
+    CHECK(names_after[static_cast<size_t>(step)] <=
+          static_cast<size_t>(2 * (kKept + 2 * kOnce) + 1024));
+  }
+  sets.shutdown();
+}
+
 TEST_CASE("loop: a joined rank contributes zeros and join returns the last rank", "[loop]") {
   const int n = GENERATE(2, 3);
   InProcessSets sets(n, test_config());
