@@ -45,6 +45,16 @@ void TransportRegistry::drain() {
   for (auto& t : transports_) t->drain();
 }
 
+uint32_t TransportRegistry::path_votes() {
+  uint32_t v = 0;
+  for (auto& t : transports_) v |= t->path_votes();
+  return v;
+}
+
+void TransportRegistry::set_agreed_paths(uint32_t votes) {
+  for (auto& t : transports_) t->set_agreed_paths(votes);
+}
+
 std::string TransportRegistry::describe() const {
   std::string s;
   for (const auto& t : transports_) s += (s.empty() ? "" : ", ") + std::string(t->name());

@@ -115,6 +115,12 @@ class Transport {
   }
   /// Waits until every batch given to run() has called done (shutdown).
   virtual void drain() {}
+  /// This rank's votes for the next negotiation cycle, a bit for each choice this transport
+  /// makes by measurement (at most Controller::kVoteBits; shm: gather_paths.h). The cycle ORs
+  /// them across ranks and hands the result to set_agreed_paths() before its batches run, so
+  /// that every rank makes the same choice. Called on the cycle's thread only.
+  virtual uint32_t path_votes() { return 0; }
+  virtual void set_agreed_paths(uint32_t votes) { (void)votes; }
 };
 
 }  // namespace hvd

@@ -103,6 +103,9 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
       read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", &c.shm_single_copy_bytes));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES",
                                &c.shm_single_copy_max_bytes));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_SHM_MEASURED_MIN_BYTES", &c.shm_measured_min_bytes));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_TEST_SHM_PATH_VOTES", &c.test_shm_path_votes));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM_HIERARCHICAL", &c.shm_hierarchical));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_TEST_RANKS_PER_HOST", &c.test_ranks_per_host, 1 << 20));
@@ -139,13 +142,14 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
      << " HOROVOD_CPP_ABORT_GRACE_SECONDS=" << abort_grace_seconds
-     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
-     << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_CONTROL=" << shm_control
-     << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
+     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level) << " HOROVOD_CPP_SHM=" << shm_enabled
+     << " HOROVOD_CPP_SHM_CONTROL=" << shm_control << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
      << " HOROVOD_CPP_SHM_GATHER_MAX_BYTES=" << shm_gather_max_bytes
      << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes
      << " HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES=" << shm_single_copy_max_bytes
+     << " HOROVOD_CPP_SHM_MEASURED_MIN_BYTES=" << shm_measured_min_bytes
+     << " HOROVOD_CPP_TEST_SHM_PATH_VOTES=" << test_shm_path_votes
      << " HOROVOD_CPP_SHM_HIERARCHICAL=" << shm_hierarchical
      << " HOROVOD_CPP_TEST_RANKS_PER_HOST=" << test_ranks_per_host
      << " HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN=" << test_hosts_round_robin

@@ -62,6 +62,16 @@ struct Config {
   /// round eleven): single copies are for machines where they do not.
   int64_t shm_single_copy_bytes = 0;
   int64_t shm_single_copy_max_bytes = 256 * 1024;
+  /// HOROVOD_CPP_SHM_MEASURED_MIN_BYTES (default 256 KiB; 0 = off): broadcasts, allgathers
+  /// and alltoalls of at least this many bytes (allgather, alltoall: the longest block times
+  /// the ranks) outside the fixed single-copy window choose between two copies and one by
+  /// measurement, agreed by every rank each cycle (backends/shm/gather_paths.h), when every
+  /// rank can read its peers' memory.
+  int64_t shm_measured_min_bytes = 256 * 1024;
+  /// HOROVOD_CPP_TEST_SHM_PATH_VOTES (default 0, testing only): the measured paths' votes are
+  /// pseudo-random and different on every rank every cycle, so that only the agreement keeps
+  /// the ranks on the same way.
+  bool test_shm_path_votes = false;
   /// HOROVOD_CPP_SHM_GATHER_MAX_BYTES (default 0 = no limit): broadcasts, allgathers and
   /// alltoalls of more bytes per rank than this use MPI instead of shared memory.
   int64_t shm_gather_max_bytes = 0;

@@ -447,6 +447,7 @@ bool ProcessSetState::cycle() {
   if (!incoming.empty()) last_burst_ = incoming.size();
   CycleResult result;
   if (traced) timeline_->cycle(id_, controller_->cycles(), now_us());
+  controller_->set_votes(planes_->transports->path_votes());
   Status s = controller_->run_cycle(std::move(incoming), shutdown, &result);
   {
     std::vector<Request> back = controller_->take_spare_requests();  // emptied, with room
@@ -486,6 +487,8 @@ bool ProcessSetState::cycle() {
       ProcessSetState* self;
       ~Release() { self->recycle_taken(); }
     } release{this};
+    // Every rank makes the same measured choices for this cycle's batches.
+    planes_->transports->set_agreed_paths(result.votes);
     executor_->execute(result.responses, take, joined);
   }
   if (autotuner_ && !autotuner_->done()) {

@@ -244,6 +244,7 @@ RunResult run_script(const Script& script) {
           CycleInput in = script.input ? script.input(r, cyc) : CycleInput();
           for (Request& q : in.requests) q.rank = r;
           CycleRecord rec;
+          c.set_votes(in.votes);
           Status st = c.run_cycle(std::move(in.requests), in.shutdown, &rec.result);
           if (!st.ok()) {
             fail(r, "cycle " + std::to_string(cyc) + ": " + st.message());

@@ -792,3 +792,36 @@ TEST_CASE("evicting one member of a pending group re-sends the whole group", "[c
   CHECK(names_in(recs[8]) == std::multiset<std::string>{"a", "b"});
   for (int r = 0; r < n; ++r) CHECK_FALSE(res.controllers[static_cast<size_t>(r)]->has_pending());
 }
+
+TEST_CASE("votes: every rank gets the OR of the ranks' votes in the same cycle",
+          "[controller][votes]") {
+  const int n = GENERATE(2, 3, 4);
+  // Rank r votes a pattern of its own each cycle; requests come and go meanwhile (cached and
+  // full cycles both carry the votes).
+  const auto vote_of = [](int rank, int cycle) {
+    return static_cast<uint32_t>((cycle * 2654435761u + static_cast<uint32_t>(rank) * 40503u) >>
+                                 7) &
+           ((1u << Controller::kVoteBits) - 1);
+  };
+  Script s;
+  s.ranks = n;
+  s.cycles = 12;
+  s.input = [&](int rank, int cycle) {
+    CycleInput in;
+    in.votes = vote_of(rank, cycle);
+    if (cycle % 3 == 0) in.requests.push_back(req("t"));
+    return in;
+  };
+  RunResult res = run_script(s);
+  require_ok(res);
+  for (int c = 0; c < s.cycles; ++c) {
+    uint32_t expected = 0;
+    for (int r = 0; r < n; ++r) expected |= vote_of(r, c);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " cycle " << c);
+      CHECK(res.records[static_cast<size_t>(r)][static_cast<size_t>(c)].result.votes == expected);
+    }
+  }
+  // Votes change nothing else: "t" ran every time it was submitted.
+  CHECK(res.all_responses(0).size() == 4);
+}

@@ -170,7 +170,7 @@ std::unique_ptr<Transport> make_hier_transport(const TransportContext& ctx) {
     // Agreed within each host by make_shm_allreduce, across hosts here.
     shm = make_shm_allreduce(host, ctx.set_id, config.shm_chunk_bytes,
                              config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
-                             config.shm_single_copy_max_bytes, &why);
+                             config.shm_single_copy_max_bytes, 0, 0, &why);
     if (!everyone(ctx.data_comm, shm != nullptr)) {
       if (shm) why = "shared memory failed on another host";
       shm.reset();

@@ -76,6 +76,8 @@ struct ShmAllreduce::Header {
   alignas(64) uint64_t buffer;
   int64_t pid;      // the owner's process, for process_vm_readv
   uint64_t self;    // this segment's address in the owner's address space (the probe)
+  // The owner's GatherPaths::Costs (doubles, as bits), read by the peers for their votes.
+  alignas(64) std::atomic<uint64_t> path_cost[sizeof(GatherPaths::Costs) / sizeof(double)];
 };
 
 
@@ -183,6 +185,32 @@ Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
     }
   }
   return Status::OK();
+}
+
+void ShmAllreduce::publish_path_costs() {
+  const GatherPaths::Costs& c = paths_.costs();
+  const double* v = &c.c[0][0][0];
+  for (size_t i = 0; i < sizeof(c) / sizeof(double); ++i) {
+    uint64_t bits;
+    std::memcpy(&bits, &v[i], sizeof(bits));
+    header(rank_)->path_cost[i].store(bits, std::memory_order_relaxed);
+  }
+}
+
+uint32_t ShmAllreduce::path_votes() {
+  if (!paths_.enabled()) return 0;
+  GatherPaths::Costs slowest = paths_.costs();
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    GatherPaths::Costs peer;
+    double* v = &peer.c[0][0][0];
+    for (size_t i = 0; i < sizeof(peer) / sizeof(double); ++i) {
+      const uint64_t bits = header(r)->path_cost[i].load(std::memory_order_relaxed);
+      std::memcpy(&v[i], &bits, sizeof(bits));
+    }
+    GatherPaths::fold_slowest(peer, &slowest);
+  }
+  return paths_.votes(slowest);
 }
 
 bool ShmAllreduce::probe_single_copy() const {

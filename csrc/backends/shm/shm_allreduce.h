@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/gather_paths.h"
 #include "common/status.h"
 #include "horovod_cpp/types.h"
 
@@ -67,6 +68,18 @@ class ShmAllreduce {
     single_copy_max_ = max_bytes;
   }
   bool single_copy() const { return single_copy_min_ >= 0; }
+  /// Lets broadcasts of at least `min_bytes`, and allgathers and alltoalls (longest block
+  /// times the ranks) of at least that, outside the fixed single-copy window choose between
+  /// one copy and two by measurement (gather_paths.h); call only after every rank's probe
+  /// succeeded, with the same `min_bytes` on every rank. `test_seed`: GatherPaths::enable.
+  void enable_measured_paths(int64_t min_bytes, uint64_t test_seed) {
+    paths_.enable(min_bytes, test_seed);
+  }
+  /// The measured choice of ways: path_votes() go to each negotiation cycle (from every
+  /// rank's published costs), and the agreed votes come back (paths().set_agreed()) before
+  /// the cycle's collectives run (ShmTransport).
+  GatherPaths& paths() { return paths_; }
+  uint32_t path_votes();
   /// Ranks outnumber cores on this host: waits yield the core while they spin.
   void set_yield_core(bool yield) { yield_core_ = yield; }
 
@@ -132,6 +145,23 @@ class ShmAllreduce {
   Status allreduce_whole(const std::vector<Segment>& segs, DataType dtype, ReduceOp op,
                          double scale, int64_t divisor);
   static constexpr int64_t kGatherFactor = 8;
+  /// Whether a call of `bytes` (`factor`: use_single_copy()) goes by single copy; `*timed`:
+  /// the measured paths chose, and the call is to be timed for them.
+  bool choose_single(GatherPaths::Kind kind, int64_t bytes, int64_t factor, bool* timed);
+  /// Runs `run(single)` the chosen way, timing it for the measured paths where they chose.
+  template <typename Run>
+  Status run_way(GatherPaths::Kind kind, int64_t bytes, int64_t factor, Run&& run);
+  /// Copies paths_.costs() into this rank's header, for the peers' path_votes().
+  void publish_path_costs();
+  Status broadcast_single(void* buf, int64_t bytes, int root);
+  Status broadcast_two(void* buf, int64_t bytes, int root);
+  Status allgather_two(const unsigned char* src, unsigned char* dst,
+                       const std::vector<int64_t>& bytes, const std::vector<int64_t>& at,
+                       int64_t longest);
+  Status alltoall_two(const unsigned char* src, const std::vector<int64_t>& send,
+                      const std::vector<int64_t>& sat, unsigned char* dst,
+                      const std::vector<int64_t>& recv, const std::vector<int64_t>& rat,
+                      int64_t longest);
   bool use_single_copy(int64_t bytes, int64_t factor) const {
     return single_copy_min_ >= 0 && bytes >= single_copy_min_ * factor &&
            (single_copy_max_ <= 0 || bytes < single_copy_max_);
@@ -176,6 +206,7 @@ class ShmAllreduce {
   /// tensors needs 8 KiB, and glibc serves an allocation that large by first merging every
   /// small block freed since (malloc_consolidate), ~70,000 instructions a cycle in workload d.
   std::vector<int64_t> starts_;
+  GatherPaths paths_;  // off unless enable_measured_paths()
 };
 
 }  // namespace hvd

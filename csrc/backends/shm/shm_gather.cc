@@ -18,6 +18,7 @@
 // process_vm_readv, and each source waits until every reader is done before it returns (its
 // buffer must not change under them).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "backends/shm/shm_allreduce.h"
@@ -56,19 +57,50 @@ Status ShmAllreduce::read_round(const void* in, const std::vector<int64_t>& from
   return st.ok() ? done : st;
 }
 
-Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
-  if (use_single_copy(bytes, 1)) {
-    const uint64_t s = step_++;
-    if (rank_ == root) {
-      publish_buffer(buf, s);
-      signal(kCollected, s + 1);
-      return wait_all(kCollected, s + 1);
-    }
-    Status st = wait_rank(root, kPublished, s + 1);
-    if (st.ok()) st = read_peer(root, 0, buf, bytes);
-    signal(kCollected, s + 1);  // even after a failed read: the root must not wait for ever
-    return st;
+bool ShmAllreduce::choose_single(GatherPaths::Kind kind, int64_t bytes, int64_t factor,
+                                 bool* timed) {
+  *timed = false;
+  if (use_single_copy(bytes, factor)) return true;  // the fixed window, where one is set
+  if (paths_.band(bytes) < 0) return false;
+  *timed = true;
+  return paths_.single_copy(kind, bytes);
+}
+
+template <typename Run>
+Status ShmAllreduce::run_way(GatherPaths::Kind kind, int64_t bytes, int64_t factor, Run&& run) {
+  bool timed = false;
+  const bool single = choose_single(kind, bytes, factor, &timed);
+  if (!timed) return run(single);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = run(single);
+  if (st.ok()) {
+    paths_.record(kind, bytes, single,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    publish_path_costs();
   }
+  return st;
+}
+
+Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
+  return run_way(GatherPaths::kBroadcast, bytes, 1, [&](bool single) {
+    return single ? broadcast_single(buf, bytes, root) : broadcast_two(buf, bytes, root);
+  });
+}
+
+Status ShmAllreduce::broadcast_single(void* buf, int64_t bytes, int root) {
+  const uint64_t s = step_++;
+  if (rank_ == root) {
+    publish_buffer(buf, s);
+    signal(kCollected, s + 1);
+    return wait_all(kCollected, s + 1);
+  }
+  Status st = wait_rank(root, kPublished, s + 1);
+  if (st.ok()) st = read_peer(root, 0, buf, bytes);
+  signal(kCollected, s + 1);  // even after a failed read: the root must not wait for ever
+  return st;
+}
+
+Status ShmAllreduce::broadcast_two(void* buf, int64_t bytes, int root) {
   unsigned char* p = static_cast<unsigned char*>(buf);
   const int64_t per = chunk_bytes_;
   for (int64_t lo = 0; lo < bytes; lo += per) {
@@ -94,12 +126,22 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
   unsigned char* dst = static_cast<unsigned char*>(out);
   const std::vector<int64_t> at = displacements(bytes);
   const int64_t longest = *std::max_element(bytes.begin(), bytes.end());
+  const int64_t mine = bytes[static_cast<size_t>(me)];
+  return run_way(GatherPaths::kAllgather, longest * n, kGatherFactor, [&](bool single) {
+    if (single) {
+      if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
+      return read_round(in, {}, bytes, dst, at);
+    }
+    return allgather_two(src, dst, bytes, at, longest);
+  });
+}
+
+Status ShmAllreduce::allgather_two(const unsigned char* src, unsigned char* dst,
+                                   const std::vector<int64_t>& bytes,
+                                   const std::vector<int64_t>& at, int64_t longest) {
+  const int n = size_, me = rank_;
   const int64_t per = chunk_bytes_;
   const int64_t mine = bytes[static_cast<size_t>(me)];
-  if (use_single_copy(longest * n, kGatherFactor)) {
-    if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
-    return read_round(in, {}, bytes, dst, at);
-  }
   for (int64_t lo = 0; lo < longest; lo += per) {
     const Round rd = next_round(std::min(per, longest - lo));
     const uint64_t s = rd.s;
@@ -129,14 +171,24 @@ Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send,
   unsigned char* dst = static_cast<unsigned char*>(out);
   const std::vector<int64_t> sat = displacements(send);
   const std::vector<int64_t> rat = displacements(recv);
+  const size_t m = static_cast<size_t>(me);
+  if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
+  return run_way(GatherPaths::kAlltoall, longest * n, kGatherFactor, [&](bool single) {
+    if (single) return read_round(in, from, recv, dst, rat);
+    return alltoall_two(src, send, sat, dst, recv, rat, longest);
+  });
+}
+
+Status ShmAllreduce::alltoall_two(const unsigned char* src, const std::vector<int64_t>& send,
+                                  const std::vector<int64_t>& sat, unsigned char* dst,
+                                  const std::vector<int64_t>& recv, const std::vector<int64_t>& rat,
+                                  int64_t longest) {
+  const int n = size_, me = rank_;
   // The slot holds one piece per destination (on cache lines of its own where they fit),
   // `stride` apart: a round takes no more of the slot than its longest block needs.
   int64_t per = chunk_bytes_ / n;
   per = per >= 64 ? per / 64 * 64 : std::max<int64_t>(1, per);
   const int64_t stride = std::min(per, (longest + 63) / 64 * 64);
-  const size_t m = static_cast<size_t>(me);
-  if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
-  if (use_single_copy(longest * n, kGatherFactor)) return read_round(in, from, recv, dst, rat);
   for (int64_t lo = 0; lo < longest; lo += per) {
     const Round rd = next_round(n * stride);
     const uint64_t s = rd.s;

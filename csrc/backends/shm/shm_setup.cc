@@ -91,6 +91,7 @@ int test_host(const TransportContext& ctx) {
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
                                                  int64_t single_copy_bytes,
                                                  int64_t single_copy_max_bytes,
+                                                 int64_t measured_min_bytes, uint64_t test_seed,
                                                  std::string* why_not, int host) {
   int rank = 0, size = 1;
   int rc = MPI_Comm_rank(comm, &rank);
@@ -126,9 +127,10 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int6
                                  : "another rank failed the barrier after mapping";
     return nullptr;
   }
-  if (single_copy_bytes < 0) return shm;
+  if (single_copy_bytes < 0 && measured_min_bytes <= 0) return shm;
   if (all_agree(comm, shm->probe_single_copy())) {
-    shm->enable_single_copy(single_copy_bytes, single_copy_max_bytes);
+    if (single_copy_bytes >= 0) shm->enable_single_copy(single_copy_bytes, single_copy_max_bytes);
+    if (measured_min_bytes > 0) shm->enable_measured_paths(measured_min_bytes, test_seed);
   } else {
     HVD_LOG(kInfo) << "process set " << set_id << ": a rank cannot read its peers' memory "
                    << "(process_vm_readv): broadcast, allgather and alltoall copy twice";

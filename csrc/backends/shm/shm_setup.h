@@ -15,11 +15,13 @@ namespace hvd {
 /// host and every rank could create and map its segment; otherwise nullptr on every rank, with
 /// the reason in `why_not` (the fallback is MPI).
 /// `single_copy_bytes` (< 0: never) and `single_copy_max_bytes` (<= 0: no limit) are passed to
-/// enable_single_copy() when every rank can read its peers' memory.
+/// enable_single_copy(), and `measured_min_bytes` (<= 0: off) and `test_seed` to
+/// enable_measured_paths(), when every rank can read its peers' memory.
 /// `host` (>= 0) replaces the real host of this rank (HOROVOD_CPP_TEST_RANKS_PER_HOST).
 std::unique_ptr<ShmAllreduce> make_shm_allreduce(MPI_Comm comm, int set_id, int64_t chunk_bytes,
                                                  int64_t single_copy_bytes,
                                                  int64_t single_copy_max_bytes,
+                                                 int64_t measured_min_bytes, uint64_t test_seed,
                                                  std::string* why_not, int host = -1);
 
 /// Splits `comm` into the ranks of this rank's host, in `comm`'s order: the real host

@@ -43,6 +43,8 @@ class ShmTransport : public Transport {
       default: return false;
     }
   }
+  uint32_t path_votes() override { return shm_->path_votes(); }
+  void set_agreed_paths(uint32_t votes) override { shm_->paths().set_agreed(votes); }
   void run(Batch& b) override {
     const int64_t t0 = b.phase ? now_micros() : 0;
     BatchOutcome out;  // an allreduce or broadcast allocates no results: out.results stays empty
@@ -214,7 +216,11 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
   std::unique_ptr<ShmAllreduce> shm =
       make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes,
                          config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
-                         config.shm_single_copy_max_bytes, &why_not, test_host(ctx));
+                         config.shm_single_copy_max_bytes, config.shm_measured_min_bytes,
+                         config.test_shm_path_votes
+                             ? 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.layout.rank + 1)
+                             : 0,
+                         &why_not, test_host(ctx));
   if (shm) shm->set_yield_core(ctx.mpi->cores_shared());
   if (!shm) {
     if (ctx.layout.size > 1) {

@@ -1,0 +1,91 @@
+// Copyright horovod_cpp authors. Which way a large broadcast, allgather or alltoall through
+// shared memory moves its bytes: chosen by measurement, agreed by every rank.
+//
+// There are two ways (shm_gather.cc): two copies through the segments (each block's owner
+// copies a piece into its slot, the readers copy it out) and one copy straight from the
+// owner's buffer (process_vm_readv). Which is faster depends on the machine and, on a VM, on
+// the moment: on the benchmark VM two copies run at 0.4-0.9x raw MPI most of the time and at
+// 1.5-5.5x for stretches of seconds to minutes, while single copies stay at 0.8-1.3x
+// throughout (docs/benchmarks.md, round fifteen). A fixed choice loses either way.
+//
+// So every rank times the calls of each class (collective x size band): the way in use on
+// every call, the other way on every kExplorePeriod-th call. Every rank publishes these
+// costs (ShmAllreduce's header) and votes, per class, for the way whose slowest rank is
+// faster (a collective ends with its slowest rank: a broadcast's root, for one, finishes a
+// two-copy call early). The votes go to the next negotiation cycle, which ORs them across
+// ranks (Controller::set_votes, CycleResult::votes), and every rank then takes the agreed
+// way (set_agreed()). Both the agreed mask and the call counts that pick the
+// exploring calls are the same on every rank, so every rank takes the same way for the same
+// call, as the collective requires: the two ways do not mix within one call.
+//
+// Pure bookkeeping (no clock, no shared memory): the caller times the calls.
+#pragma once
+
+#include <cstdint>
+
+namespace hvd {
+
+class GatherPaths {
+ public:
+  enum Kind { kBroadcast = 0, kAllgather = 1, kAlltoall = 2 };
+  static constexpr int kKinds = 3;
+  /// Size bands from the smallest size chosen: [m, 4m), [4m, 16m), [16m, 64m), [64m, ...).
+  static constexpr int kBands = 4;
+  /// Vote bits: bit kind * kBands + band is set for "single copy".
+  static constexpr int kVoteBits = kKinds * kBands;
+  /// One call of every this many of a class takes the way not in use (and so do its second
+  /// and third calls, so that both ways are timed early; a way's first call is not counted).
+  static constexpr uint64_t kExplorePeriod = 32;
+  /// Single copies replace two copies only when this many times faster (against switching on
+  /// noise: on the benchmark VM they are 1.3-2x slower in its good times and 2-5x faster in
+  /// its bad ones); two copies come back as soon as they are faster.
+  static constexpr double kSwitchGain = 1.5;
+
+  /// Calls of at least `min_bytes` (<= 0: none) choose their way here. `test_seed` nonzero
+  /// replaces the votes by pseudo-random ones drawn from it (tests: ranks then vote
+  /// differently every cycle, and only the agreement keeps them together).
+  void enable(int64_t min_bytes, uint64_t test_seed = 0) {
+    min_bytes_ = min_bytes;
+    test_state_ = test_seed;
+  }
+  bool enabled() const { return min_bytes_ > 0; }
+
+  /// The band of a call of `bytes`, or -1 when this class of call does not choose here.
+  int band(int64_t bytes) const;
+
+  /// Whether this call of `kind` and `bytes` (band() >= 0) goes by single copy. Counts the
+  /// call: call it exactly once per call, on every rank alike.
+  bool single_copy(Kind kind, int64_t bytes);
+
+  /// Records how long a call that single_copy() placed took on this rank.
+  void record(Kind kind, int64_t bytes, bool single, double seconds);
+
+  /// Seconds per byte by class and way (0: not measured yet).
+  struct Costs {
+    double c[kKinds][kBands][2] = {};
+  };
+  /// This rank's costs (moving averages of its calls).
+  const Costs& costs() const { return costs_; }
+  /// Folds a peer's costs into `slowest`: the larger cost, or 0 where either is unmeasured.
+  static void fold_slowest(const Costs& peer, Costs* slowest);
+
+  /// This rank's votes for the next cycle (a bit per class, kVoteBits bits), from the
+  /// slowest rank's costs (costs() folded with every peer's by fold_slowest()).
+  uint32_t votes(const Costs& slowest);
+
+  /// The votes every rank agreed on in this cycle (the OR of every rank's votes()).
+  void set_agreed(uint32_t mask) { agreed_ = mask & ((1u << kVoteBits) - 1); }
+  uint32_t agreed() const { return agreed_; }
+
+  static int bit(Kind kind, int band) { return static_cast<int>(kind) * kBands + band; }
+
+ private:
+  int64_t min_bytes_ = 0;
+  uint32_t agreed_ = 0;
+  uint64_t test_state_ = 0;
+  uint64_t calls_[kKinds][kBands] = {};
+  uint64_t samples_[kKinds][kBands][2] = {};  // record()s by class and way
+  Costs costs_;
+};
+
+}  // namespace hvd

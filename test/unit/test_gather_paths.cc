@@ -1,0 +1,143 @@
+// Copyright horovod_cpp authors. The measured choice between one copy and two for large
+// shared-memory broadcasts, allgathers and alltoalls (backends/shm/gather_paths.h).
+#include <catch2/catch.hpp>
+#include <set>
+#include <vector>
+
+#include "backends/shm/gather_paths.h"
+
+namespace hvd {
+namespace {
+
+constexpr int64_t kMin = 256 * 1024;
+
+// Feeds `calls` calls of `kind` and `bytes`, timing each way at `two` / `one` seconds per
+// byte; returns which calls went by single copy.
+std::vector<bool> feed(GatherPaths& p, GatherPaths::Kind kind, int64_t bytes, int calls, double two,
+                       double one) {
+  std::vector<bool> ways;
+  for (int i = 0; i < calls; ++i) {
+    const bool single = p.single_copy(kind, bytes);
+    ways.push_back(single);
+    p.record(kind, bytes, single, static_cast<double>(bytes) * (single ? one : two));
+  }
+  return ways;
+}
+
+uint32_t bit(GatherPaths::Kind kind, int band) {
+  return 1u << GatherPaths::bit(kind, band);
+}
+
+}  // namespace
+
+TEST_CASE("gather paths: bands from the smallest size, off below it or when disabled",
+          "[gather_paths]") {
+  GatherPaths p;
+  CHECK_FALSE(p.enabled());
+  CHECK(p.band(1 << 30) == -1);
+  p.enable(kMin);
+  CHECK(p.band(kMin - 1) == -1);
+  CHECK(p.band(kMin) == 0);
+  CHECK(p.band(4 * kMin - 1) == 0);
+  CHECK(p.band(4 * kMin) == 1);
+  CHECK(p.band(16 * kMin) == 2);
+  CHECK(p.band(64 * kMin) == 3);
+  CHECK(p.band(int64_t{1} << 40) == 3);
+  CHECK_FALSE(p.single_copy(GatherPaths::kAllgather, kMin - 1));  // not counted, not chosen
+}
+
+TEST_CASE("gather paths: the calls that try the other way are the same whatever the timings",
+          "[gather_paths]") {
+  // Two ranks with opposite timings, the same agreed mask: the same way for every call.
+  GatherPaths a, b;
+  a.enable(kMin);
+  b.enable(kMin);
+  const std::vector<bool> wa = feed(a, GatherPaths::kAlltoall, kMin, 100, 1e-9, 9e-9);
+  const std::vector<bool> wb = feed(b, GatherPaths::kAlltoall, kMin, 100, 9e-9, 1e-9);
+  CHECK(wa == wb);
+  std::set<int> tried;
+  for (int i = 0; i < 100; ++i) {
+    if (wa[static_cast<size_t>(i)]) tried.insert(i);
+  }
+  CHECK(tried == std::set<int>{1, 2, 33, 65, 97});
+  // With single copies agreed, the same calls try two copies instead.
+  GatherPaths c;
+  c.enable(kMin);
+  c.set_agreed(bit(GatherPaths::kAlltoall, 0));
+  const std::vector<bool> wc = feed(c, GatherPaths::kAlltoall, kMin, 100, 1e-9, 1e-9);
+  for (int i = 0; i < 100; ++i) CHECK(wc[static_cast<size_t>(i)] == (tried.count(i) == 0));
+}
+
+TEST_CASE("gather paths: votes follow the slowest rank's costs, with a margin to switch",
+          "[gather_paths]") {
+  const auto kind = GatherPaths::kBroadcast;
+  GatherPaths p;
+  p.enable(kMin);
+  // Only one way measured (the first call of each way is not counted): no vote yet.
+  feed(p, kind, kMin, 2, 4e-9, 1e-9);  // call 0 two copies (cold), call 1 single (cold)
+  CHECK(p.votes(p.costs()) == 0);
+  feed(p, kind, kMin, 2, 4e-9, 1e-9);  // call 2 single, call 3 two copies: both known now
+  CHECK(p.costs().c[kind][0][0] == Approx(4e-9));
+  CHECK(p.costs().c[kind][0][1] == Approx(1e-9));
+  CHECK(p.votes(p.costs()) == bit(kind, 0));  // 4x faster: single copies
+
+  // Not enough of a gain to leave two copies: 1.3x.
+  GatherPaths q;
+  q.enable(kMin);
+  feed(q, kind, 4 * kMin, 4, 1.3e-9, 1e-9);
+  CHECK(q.votes(q.costs()) == 0);
+
+  // Once single copies are in use, two copies come back as soon as they are faster.
+  q.set_agreed(bit(kind, 1));
+  CHECK(q.votes(q.costs()) == bit(kind, 1));  // single still faster: stays
+  GatherPaths::Costs slower_peer = q.costs();
+  slower_peer.c[kind][1][1] = 2e-9;  // a peer whose single copies are slower than two
+  GatherPaths::Costs slowest = q.costs();
+  GatherPaths::fold_slowest(slower_peer, &slowest);
+  CHECK(slowest.c[kind][1][1] == Approx(2e-9));
+  CHECK(q.votes(slowest) == 0);  // the slowest rank decides: back to two copies
+}
+
+TEST_CASE("gather paths: the slowest of the ranks' costs, unknown when any rank lacks it",
+          "[gather_paths]") {
+  GatherPaths::Costs a, b;
+  a.c[0][0][0] = 1.0;
+  b.c[0][0][0] = 3.0;
+  a.c[1][2][1] = 2.0;  // b has not measured it
+  b.c[2][3][1] = 5.0;  // a has not measured it
+  GatherPaths::fold_slowest(b, &a);
+  CHECK(a.c[0][0][0] == 3.0);
+  CHECK(a.c[1][2][1] == 0.0);
+  CHECK(a.c[2][3][1] == 0.0);
+}
+
+TEST_CASE("gather paths: a moving average that follows a change within a few calls",
+          "[gather_paths]") {
+  const auto kind = GatherPaths::kAllgather;
+  GatherPaths p;
+  p.enable(kMin);
+  feed(p, kind, kMin, 8, 1e-9, 2e-9);
+  CHECK(p.votes(p.costs()) == 0);
+  // Two copies turn 5x slower (the benchmark VM's bad stretches): single copies win.
+  feed(p, kind, kMin, 4, 5e-9, 2e-9);
+  CHECK(p.costs().c[kind][0][0] > 4e-9);
+  CHECK(p.votes(p.costs()) == bit(kind, 0));
+}
+
+TEST_CASE("gather paths: test votes differ by seed and by cycle", "[gather_paths]") {
+  GatherPaths a, b;
+  a.enable(kMin, 0x9e3779b97f4a7c15ull);
+  b.enable(kMin, 2 * 0x9e3779b97f4a7c15ull);
+  std::set<uint32_t> seen;
+  int differ = 0;
+  for (int i = 0; i < 50; ++i) {
+    const uint32_t va = a.votes(a.costs()), vb = b.votes(b.costs());
+    CHECK(va < (1u << GatherPaths::kVoteBits));
+    seen.insert(va);
+    differ += va != vb;
+  }
+  CHECK(seen.size() > 40);
+  CHECK(differ > 40);
+}
+
+}  // namespace hvd
