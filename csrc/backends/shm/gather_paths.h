@@ -49,6 +49,8 @@ class GatherPaths {
     test_state_ = test_seed;
   }
   bool enabled() const { return min_bytes_ > 0; }
+  /// Whether votes() are the tests' random ones (drawn anew every call).
+  bool test_votes() const { return test_state_ != 0; }
 
   /// The band of a call of `bytes`, or -1 when this class of call does not choose here.
   int band(int64_t bytes) const;

@@ -188,6 +188,7 @@ Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
 }
 
 void ShmAllreduce::publish_path_costs() {
+  costs_changed_ = true;
   const GatherPaths::Costs& c = paths_.costs();
   const double* v = &c.c[0][0][0];
   for (size_t i = 0; i < sizeof(c) / sizeof(double); ++i) {
@@ -199,6 +200,10 @@ void ShmAllreduce::publish_path_costs() {
 
 uint32_t ShmAllreduce::path_votes() {
   if (!paths_.enabled()) return 0;
+  // Recounted only after a timed call (every rank runs the same calls, so the peers' costs
+  // moved then too): a cycle of small collectives pays one test of a flag.
+  if (!costs_changed_ && !paths_.test_votes()) return votes_;
+  costs_changed_ = false;
   GatherPaths::Costs slowest = paths_.costs();
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
@@ -210,7 +215,8 @@ uint32_t ShmAllreduce::path_votes() {
     }
     GatherPaths::fold_slowest(peer, &slowest);
   }
-  return paths_.votes(slowest);
+  votes_ = paths_.votes(slowest);
+  return votes_;
 }
 
 bool ShmAllreduce::probe_single_copy() const {

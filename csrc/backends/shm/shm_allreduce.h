@@ -207,6 +207,8 @@ class ShmAllreduce {
   /// small block freed since (malloc_consolidate), ~70,000 instructions a cycle in workload d.
   std::vector<int64_t> starts_;
   GatherPaths paths_;  // off unless enable_measured_paths()
+  bool costs_changed_ = false;  // a timed call since path_votes() last counted
+  uint32_t votes_ = 0;          // path_votes()'s last count
 };
 
 }  // namespace hvd
