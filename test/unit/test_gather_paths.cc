@@ -59,7 +59,7 @@ TEST_CASE("gather paths: the calls that try the other way are the same whatever 
   for (int i = 0; i < 100; ++i) {
     if (wa[static_cast<size_t>(i)]) tried.insert(i);
   }
-  CHECK(tried == std::set<int>{1, 2, 33, 65, 97});
+  CHECK(tried == std::set<int>{1, 2, 3, 33, 65, 97});
   // With single copies agreed, the same calls try two copies instead.
   GatherPaths c;
   c.enable(kMin);
@@ -73,18 +73,19 @@ TEST_CASE("gather paths: votes follow the slowest rank's costs, with a margin to
   const auto kind = GatherPaths::kBroadcast;
   GatherPaths p;
   p.enable(kMin);
-  // Only one way measured (the first call of each way is not counted): no vote yet.
-  feed(p, kind, kMin, 2, 4e-9, 1e-9);  // call 0 two copies (cold), call 1 single (cold)
-  CHECK(p.votes(p.costs()) == 0);
-  feed(p, kind, kMin, 2, 4e-9, 1e-9);  // call 2 single, call 3 two copies: both known now
+  // Calls 0 (two copies) and 1 (single) are cold and not counted, 2-3 single, 4-5 two: no
+  // vote until each way has kMinSamples counted calls.
+  feed(p, kind, kMin, 5, 4e-9, 1e-9);
   CHECK(p.costs().c[kind][0][0] == Approx(4e-9));
   CHECK(p.costs().c[kind][0][1] == Approx(1e-9));
+  CHECK(p.votes(p.costs()) == 0);
+  feed(p, kind, kMin, 1, 4e-9, 1e-9);
   CHECK(p.votes(p.costs()) == bit(kind, 0));  // 4x faster: single copies
 
-  // Not enough of a gain to leave two copies: 1.3x.
+  // Not enough of a gain to leave two copies: 1.6x (kSwitchGain is 1.75).
   GatherPaths q;
   q.enable(kMin);
-  feed(q, kind, 4 * kMin, 4, 1.3e-9, 1e-9);
+  feed(q, kind, 4 * kMin, 8, 1.6e-9, 1e-9);
   CHECK(q.votes(q.costs()) == 0);
 
   // Once single copies are in use, two copies come back as soon as they are faster.

@@ -17,9 +17,9 @@ bool GatherPaths::single_copy(Kind kind, int64_t bytes) {
   if (b < 0) return false;
   const bool in_use = (agreed_ >> bit(kind, b)) & 1u;
   const uint64_t n = calls_[kind][b]++;
-  // The second and third calls try the other way (the first call of each way is not timed:
-  // cold), then one call in every kExplorePeriod.
-  const bool explore = n == 2 || n % kExplorePeriod == 1;
+  // Calls 1-3 try the other way (the first call of each way is not counted: cold), then one
+  // call in every kExplorePeriod.
+  const bool explore = n == 2 || n == 3 || n % kExplorePeriod == 1;
   return explore ? !in_use : in_use;
 }
 
@@ -56,7 +56,11 @@ uint32_t GatherPaths::votes(const Costs& slowest) {
   for (int k = 0; k < kKinds; ++k) {
     for (int b = 0; b < kBands; ++b) {
       const double two = slowest.c[k][b][0], one = slowest.c[k][b][1];
-      if (two == 0.0 || one == 0.0) continue;  // two copies until both ways are known
+      // Two copies until both ways are known from kMinSamples calls each.
+      if (two == 0.0 || one == 0.0 || samples_[k][b][0] <= kMinSamples ||
+          samples_[k][b][1] <= kMinSamples) {
+        continue;
+      }
       const int i = bit(static_cast<Kind>(k), b);
       const bool in_use = (agreed_ >> i) & 1u;
       // Two copies are the default: single copies take over only for a clear gain, and give

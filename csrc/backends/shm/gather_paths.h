@@ -33,13 +33,15 @@ class GatherPaths {
   static constexpr int kBands = 4;
   /// Vote bits: bit kind * kBands + band is set for "single copy".
   static constexpr int kVoteBits = kKinds * kBands;
-  /// One call of every this many of a class takes the way not in use (and so do its second
-  /// and third calls, so that both ways are timed early; a way's first call is not counted).
+  /// One call of every this many of a class takes the way not in use (and so do its calls 1-3,
+  /// so that both ways are timed early; a way's first call is not counted).
   static constexpr uint64_t kExplorePeriod = 32;
+  /// Counted calls of each way before this rank votes for a class.
+  static constexpr uint64_t kMinSamples = 2;
   /// Single copies replace two copies only when this many times faster (against switching on
-  /// noise: on the benchmark VM they are 1.3-2x slower in its good times and 2-5x faster in
-  /// its bad ones); two copies come back as soon as they are faster.
-  static constexpr double kSwitchGain = 1.5;
+  /// noise: on the benchmark VM they are 1.3-2x slower in its good times and up to 5x faster
+  /// in its bad ones); two copies come back as soon as they are faster.
+  static constexpr double kSwitchGain = 1.75;
 
   /// Calls of at least `min_bytes` (<= 0: none) choose their way here. `test_seed` nonzero
   /// replaces the votes by pseudo-random ones drawn from it (tests: ranks then vote
