@@ -26,11 +26,14 @@ bool GatherPaths::single_copy(Kind kind, int64_t bytes) {
 void GatherPaths::record(Kind kind, int64_t bytes, bool single, double seconds) {
   const int b = band(bytes);
   if (b < 0 || seconds <= 0.0) return;
+  const int w = single ? 1 : 0;
   // The first call of each way and class is not counted: its pages and lines are cold.
-  if (samples_[kind][b][single ? 1 : 0]++ == 0) return;
-  double& cost = costs_.c[kind][b][single ? 1 : 0];
-  const double x = seconds / static_cast<double>(bytes);
-  cost = cost == 0.0 ? x : cost + 0.5 * (x - cost);
+  const uint64_t n = samples_[kind][b][w]++;
+  if (n == 0) return;
+  double* ring = recent_[kind][b][w];
+  ring[(n - 1) % kWindow] = seconds / static_cast<double>(bytes);
+  const int filled = static_cast<int>(std::min<uint64_t>(n, kWindow));
+  costs_.c[kind][b][w] = *std::min_element(ring, ring + filled);
 }
 
 void GatherPaths::fold_slowest(const Costs& peer, Costs* slowest) {

@@ -38,10 +38,12 @@ class GatherPaths {
   static constexpr uint64_t kExplorePeriod = 32;
   /// Counted calls of each way before this rank votes for a class.
   static constexpr uint64_t kMinSamples = 2;
+  /// Counted calls of each class and way that costs() takes the fastest of.
+  static constexpr int kWindow = 4;
   /// Single copies replace two copies only when this many times faster (against switching on
   /// noise: on the benchmark VM they are 1.3-2x slower in its good times and up to 5x faster
   /// in its bad ones); two copies come back as soon as they are faster.
-  static constexpr double kSwitchGain = 1.75;
+  static constexpr double kSwitchGain = 1.5;
 
   /// Calls of at least `min_bytes` (<= 0: none) choose their way here. `test_seed` nonzero
   /// replaces the votes by pseudo-random ones drawn from it (tests: ranks then vote
@@ -64,7 +66,9 @@ class GatherPaths {
   /// Records how long a call that single_copy() placed took on this rank.
   void record(Kind kind, int64_t bytes, bool single, double seconds);
 
-  /// Seconds per byte by class and way (0: not measured yet).
+  /// Seconds per byte by class and way: the fastest of the last kWindow counted calls (a
+  /// call also waits for the last rank to arrive, which has nothing to do with the way: the
+  /// fastest recent call is the way's own cost; 0: not measured yet).
   struct Costs {
     double c[kKinds][kBands][2] = {};
   };
@@ -88,7 +92,8 @@ class GatherPaths {
   uint32_t agreed_ = 0;
   uint64_t test_state_ = 0;
   uint64_t calls_[kKinds][kBands] = {};
-  uint64_t samples_[kKinds][kBands][2] = {};  // record()s by class and way
+  uint64_t samples_[kKinds][kBands][2] = {};        // record()s by class and way
+  double recent_[kKinds][kBands][2][kWindow] = {};  // the last counted calls, a ring
   Costs costs_;
 };
 
