@@ -9,6 +9,7 @@
 #include "backends/shm/shm_allreduce.h"
 #include "backends/shm/shm_setup.h"
 #include "common/logging.h"
+#include "coordination/controller.h"
 
 namespace hvd {
 namespace {
@@ -18,6 +19,9 @@ int64_t now_micros() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+static_assert(GatherPaths::kVoteBits <= Controller::kVoteBits,
+              "the measured paths' votes must fit the cycle's vote bits");
 
 class ShmTransport : public Transport {
  public:
