@@ -142,8 +142,9 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
      << " HOROVOD_CPP_ABORT_GRACE_SECONDS=" << abort_grace_seconds
-     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level) << " HOROVOD_CPP_SHM=" << shm_enabled
-     << " HOROVOD_CPP_SHM_CONTROL=" << shm_control << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
+     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
+     << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_CONTROL=" << shm_control
+     << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
      << " HOROVOD_CPP_SHM_GATHER_MAX_BYTES=" << shm_gather_max_bytes
      << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes

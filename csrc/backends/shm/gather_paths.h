@@ -9,7 +9,7 @@
 // throughout (docs/benchmarks.md, round fifteen). A fixed choice loses either way.
 //
 // So every rank times the calls of each class (collective x size band): the way in use on
-// every call, the other way on every kExplorePeriod-th call. Every rank publishes these
+// every call, the other way on calls 1-3 and every kExplorePeriod-th call. Every rank publishes these
 // costs (ShmAllreduce's header) and votes, per class, for the way whose slowest rank is
 // faster (a collective ends with its slowest rank: a broadcast's root, for one, finishes a
 // two-copy call early). The votes go to the next negotiation cycle, which ORs them across
@@ -72,7 +72,7 @@ class GatherPaths {
   struct Costs {
     double c[kKinds][kBands][2] = {};
   };
-  /// This rank's costs (moving averages of its calls).
+  /// This rank's costs.
   const Costs& costs() const { return costs_; }
   /// Folds a peer's costs into `slowest`: the larger cost, or 0 where either is unmeasured.
   static void fold_slowest(const Costs& peer, Costs* slowest);

@@ -108,7 +108,8 @@ class ShmAllreduce {
   // (a slot's worth per block, or per pair for alltoall) through the two alternating slots,
   // so one rank copies piece k+1 in while its peers still copy piece k out: two copies per
   // byte, both of pieces that stay in cache. Every rank runs the same rounds. Blocks in the
-  // single-copy window (enable_single_copy()) go in one round, read from the peer's buffer.
+  // single-copy window (enable_single_copy()), and calls for which the measured paths chose
+  // one copy (enable_measured_paths()), go in one round, read from the peer's buffer.
 
   /// Copies `bytes` of `buf` on `root` to every rank's `buf`.
   Status broadcast(void* buf, int64_t bytes, int root);

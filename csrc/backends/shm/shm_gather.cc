@@ -13,8 +13,9 @@
 // benchmark machine about 8 GB/s, so two in-cache copies beat it (docs/benchmarks.md, rounds
 // nine and eleven; at 32-128 KiB only since rounds move through the slots like a ring,
 // next_round()). Blocks in the single-copy window (off by default; set at setup when the
-// probe found process_vm_readv usable on every rank) go in one round
-// instead: every source publishes its buffer's address, the readers copy from it with
+// probe found process_vm_readv usable on every rank) go in one round instead, and so do
+// the larger calls for which the measured paths (gather_paths.h, run_way()) chose one copy:
+// every source publishes its buffer's address, the readers copy from it with
 // process_vm_readv, and each source waits until every reader is done before it returns (its
 // buffer must not change under them).
 #include <algorithm>
