@@ -388,9 +388,54 @@ int process_set_size(ProcessSet set) { return static_cast<int>(process_set_ranks
 // ---- allreduce ---------------------------------------------------------------------------
 
 namespace {
+// True when every check submit_allreduce() makes on this rank passes for a CPU tensor of the
+// global set: then nothing can fail locally, and the tensor goes straight into the set's
+// table (ProcessSetState::enqueue_one). Anything else takes the general path, whose checks
+// report the failure (on every rank) exactly as before.
+bool plain_cpu_allreduce(const TensorView& in, const TensorView* out, const AllreduceOptions& o) {
+  if (o.process_set.id != 0 || in.device.is_cuda()) return false;
+  for (int64_t d : in.shape) {
+    if (d < 0) return false;
+  }
+  if (in.data == nullptr && num_elements(in.shape) > 0) return false;
+  if (out && ((out->data == nullptr && out->numel() > 0) || out->dtype != in.dtype ||
+              out->shape != in.shape || out->device != in.device)) {
+    return false;
+  }
+  if (in.dtype == DataType::kBool &&
+      (o.op == ReduceOp::kAverage || o.prescale_factor != 1.0 || o.postscale_factor != 1.0)) {
+    return false;
+  }
+  return true;
+}
+
 // Both public overloads end here, giving up their by-value views (no further Shape copies).
 Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView* output,
                         const AllreduceOptions& options) {
+  std::shared_ptr<Runtime> rt;
+  if (plain_cpu_allreduce(input, output, options) &&
+      (rt = runtime_or_throw("allreduce"))->global_set()) {
+    // A training step's gradients: no Submission, no TensorEntry, no moves of either.
+    ProcessSetState& set = *rt->global_set();
+    std::string numbered;
+    if (name.empty()) numbered = set.auto_name(OpType::kAllreduce);
+    ProcessSetState::Single t;
+    t.name = name.empty() ? &numbered : &name;
+    t.input = &input;
+    if (output) {
+      output->shape.clear();  // checked; the entry's views keep no shape
+      t.output = output;
+    }
+    t.reduce_op = options.op;
+    t.prescale = options.prescale_factor;
+    t.postscale = options.postscale_factor;
+    auto state = make_pooled<detail::HandleState>(*t.name, 1);
+    state->set_driver(set.as_driver());  // an untimed wait runs the set's cycles itself
+    t.handle = state;
+    t.enqueue_us = rt->timeline()->enabled() ? now_us() : 0;
+    throw_if_error(set.enqueue_one(std::move(t)));
+    return Handle(std::move(state));
+  }
   Submission sub("allreduce", options.process_set);
   TensorEntry& e = sub.add_entry(OpType::kAllreduce, name, std::move(input), output);
   Request& q = e.request;

@@ -135,43 +135,22 @@ std::string ProcessSetState::stop_reason() const {
   return stop_status_.message();
 }
 
-Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
-  std::unique_lock<std::mutex> lk(mu_);
-  const Request& first = entries.front().request;
-  if (stopped_ || shutdown_requested_) {
-    const std::string why = stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
-    return Status::Shutdown(std::string(op_type_name(first.op)) + " '" + first.name +
-                            "' rejected: " + why);
-  }
-  const auto still_pending = [this](const Request& q, OpType pending_op) {
-    return Status::InvalidArgument(
-        std::string(op_type_name(q.op)) + " '" + q.name + "' on rank " +
-        std::to_string(global_ranks_[static_cast<size_t>(rank_)]) + ": a " +
-        op_type_name(pending_op) +
-        " of the same name is still pending; wait for it before reusing the name");
-  };
-  // The requests go to the negotiation; the places keep the rest (PendingTensor).
-  // Swept before the lookups, so the places they find stay valid until used.
-  if (names_.size() >= sweep_at_) sweep_idle_names();
-  OpType pending_op = OpType::kAllreduce;
-  if (entries.size() == 1) {  // the common case: one probe of the index
-    TensorEntry& e = entries.front();
-    const uint32_t at = place_for(e.request.name, find_place(e.request.name), &pending_op);
-    if (at == kNoLocalTag) return still_pending(e.request, pending_op);
-    fill(at, e);
-  } else {
-    found_.clear();  // each name probed once, checked for every member before any is placed
-    for (const auto& e : entries) {
-      const uint32_t at = find_place(e.request.name);
-      if (at != NameIndex::kNone && pool_[at].state == PlaceState::kPending) {
-        return still_pending(e.request, pool_[at].entry.op);
-      }
-      found_.push_back(at);
-    }
-    for (size_t i = 0; i < entries.size(); ++i) {  // names are unique within a submission
-      fill(place_for(entries[i].request.name, found_[i], &pending_op), entries[i]);
-    }
-  }
+Status ProcessSetState::rejected_locked(OpType op, const std::string& name) const {
+  if (!stopped_ && !shutdown_requested_) return Status::OK();
+  const std::string why =
+      stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
+  return Status::Shutdown(std::string(op_type_name(op)) + " '" + name + "' rejected: " + why);
+}
+
+Status ProcessSetState::still_pending(OpType op, const std::string& name, OpType pending_op) const {
+  return Status::InvalidArgument(std::string(op_type_name(op)) + " '" + name + "' on rank " +
+                                 std::to_string(global_ranks_[static_cast<size_t>(rank_)]) +
+                                 ": a " + op_type_name(pending_op) +
+                                 " of the same name is still pending; wait for it before reusing "
+                                 "the name");
+}
+
+void ProcessSetState::submitted(std::unique_lock<std::mutex>& lk) {
   enqueued_.fetch_add(1, std::memory_order_relaxed);
   has_new_.store(true, std::memory_order_release);
   if (sleeping_) {
@@ -179,6 +158,76 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
     lk.unlock();
     cv_.notify_one();
   }
+}
+
+Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
+  std::unique_lock<std::mutex> lk(mu_);
+  const Request& first = entries.front().request;
+  HVD_RETURN_IF_ERROR(rejected_locked(first.op, first.name));
+  // The requests go to the negotiation; the places keep the rest (PendingTensor).
+  // Swept before the lookups, so the places they find stay valid until used.
+  if (names_.size() >= sweep_at_) sweep_idle_names();
+  OpType pending_op = OpType::kAllreduce;
+  if (entries.size() == 1) {  // one probe of the index
+    TensorEntry& e = entries.front();
+    const uint32_t at = place_for(e.request.name, find_place(e.request.name), &pending_op);
+    if (at == kNoLocalTag) return still_pending(e.request.op, e.request.name, pending_op);
+    fill(at, e);
+  } else {
+    found_.clear();  // each name probed once, checked for every member before any is placed
+    for (const auto& e : entries) {
+      const uint32_t at = find_place(e.request.name);
+      if (at != NameIndex::kNone && pool_[at].state == PlaceState::kPending) {
+        return still_pending(e.request.op, e.request.name, pool_[at].entry.op);
+      }
+      found_.push_back(at);
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {  // names are unique within a submission
+      fill(place_for(entries[i].request.name, found_[i], &pending_op), entries[i]);
+    }
+  }
+  submitted(lk);
+  return Status::OK();
+}
+
+Status ProcessSetState::enqueue_one(Single&& t) {
+  const std::string& name = *t.name;
+  std::unique_lock<std::mutex> lk(mu_);
+  HVD_RETURN_IF_ERROR(rejected_locked(t.op, name));
+  if (names_.size() >= sweep_at_) sweep_idle_names();
+  OpType pending_op = OpType::kAllreduce;
+  const uint32_t at = place_for(name, find_place(name), &pending_op);
+  if (at == kNoLocalTag) return still_pending(t.op, name, pending_op);
+  // Each field written once, in place: the request into the queue's room (its vector is
+  // reused cycle after cycle), the views into the place the name had last time. The request
+  // first: if its room cannot grow, the place is left as it was.
+  Request& q = new_requests_.emplace_back();
+  Place& p = claim(at);
+  PendingTensor& e = p.entry;
+  e.op = t.op;
+  q.rank = rank_;
+  q.op = t.op;
+  q.name = name;
+  q.dtype = t.input->dtype;
+  q.shape = std::move(t.input->shape);
+  q.device = t.input->device;
+  q.reduce_op = t.reduce_op;
+  q.prescale = t.prescale;
+  q.postscale = t.postscale;
+  q.root = t.root;
+  q.local_tag = at;
+  q.cache_hint = p.cache_hint;
+  t.input->shape.clear();  // moved-from: now certainly empty, so the view moves a few words
+  e.input = std::move(*t.input);
+  if (t.output) {
+    e.output = std::move(*t.output);
+  } else {
+    e.output = e.input;  // no shape: nothing allocated
+  }
+  e.handle = std::move(t.handle);
+  e.part = 0;
+  e.enqueue_us = t.enqueue_us;
+  submitted(lk);
   return Status::OK();
 }
 
@@ -223,13 +272,18 @@ uint32_t ProcessSetState::place_for(const std::string& name, uint32_t at, OpType
   return fresh;
 }
 
-void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
+ProcessSetState::Place& ProcessSetState::claim(uint32_t at) {
   Place& p = pool_[at];
   p.state = PlaceState::kPending;
   p.used = true;
   ++pending_count_;
   if (last_placed_ != kNoLocalTag) pool_[last_placed_].next = at;
   last_placed_ = at;
+  return p;
+}
+
+void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
+  Place& p = claim(at);
   e.op = e.request.op;
   p.entry = std::move(static_cast<PendingTensor&>(e));
   // The request goes straight to the negotiation, tagged with its place.

@@ -72,6 +72,26 @@ class ProcessSetState : public detail::CycleDriver {
   /// leaving `entries` as they were, if a name is already pending or the set has stopped.
   Status enqueue(std::vector<TensorEntry>&& entries);
 
+  /// One tensor submitted by itself whose checks all passed on this rank: enqueue_one()
+  /// writes its request straight into the negotiation's queue and the rest straight into the
+  /// tensor's place, where enqueue() of a one-entry vector moves both out of a TensorEntry
+  /// built first (a third of a tiny tensor's submission, docs/benchmarks.md round sixteen).
+  struct Single {
+    OpType op = OpType::kAllreduce;
+    const std::string* name = nullptr;  ///< never empty (unnamed calls are numbered first)
+    TensorView* input = nullptr;        ///< moved from; its shape becomes the request's
+    TensorView* output = nullptr;       ///< moved from (its shape already dropped); null: in place
+    ReduceOp reduce_op = ReduceOp::kSum;
+    double prescale = 1.0;
+    double postscale = 1.0;
+    int32_t root = 0;
+    std::shared_ptr<detail::HandleState> handle;  ///< moved into the place
+    int64_t enqueue_us = 0;
+  };
+  /// enqueue() of one tensor, without the TensorEntry: the same outcome, the same failures
+  /// (nothing is moved from `t` then).
+  Status enqueue_one(Single&& t);
+
   /// Asks every member to stop (their pending operations fail with a ShutdownError naming this
   /// rank) without waiting.
   void request_shutdown();
@@ -189,6 +209,14 @@ class ProcessSetState : public detail::CycleDriver {
   uint32_t place_for(const std::string& name, uint32_t at, OpType* pending_op);
   /// Moves `e` into place `at` (made pending) and its request, tagged, to new_requests_.
   void fill(uint32_t at, TensorEntry& e);
+  /// Makes place `at` pending, the one filled after the last (mu_ held), and returns it.
+  Place& claim(uint32_t at);
+  /// The failure of enqueue() while the set stops or has stopped, or OK (mu_ held).
+  Status rejected_locked(OpType op, const std::string& name) const;
+  /// The failure of enqueue() for a name whose tensor is still pending (a `pending_op`).
+  Status still_pending(OpType op, const std::string& name, OpType pending_op) const;
+  /// After a submission is in (mu_ held, released by this): counts it and wakes the thread.
+  void submitted(std::unique_lock<std::mutex>& lk);
   /// Unbinds the names of idle places not filled since the last sweep and frees those places;
   /// enqueue() calls it once names_ has grown to sweep_at_, twice what the last sweep left
   /// (names used once, such as unnamed calls' numbered names, would otherwise pile up). A

@@ -62,6 +62,24 @@ std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e)
   return h;
 }
 
+// Submits one float tensor of `len` elements through enqueue_one() (the API's path for a
+// plain CPU allreduce); out-of-place into `out` if given. Throws if refused.
+std::shared_ptr<detail::HandleState> submit_one(ProcessSetState& set, const std::string& name,
+                                                float* data, int64_t len, float* out = nullptr,
+                                                ReduceOp op = ReduceOp::kSum) {
+  TensorView in(data, DataType::kFloat32, {len});
+  TensorView output(out, DataType::kFloat32, {});  // the API drops a checked output's shape
+  ProcessSetState::Single t;
+  t.name = &name;
+  t.input = &in;
+  t.output = out ? &output : nullptr;
+  t.reduce_op = op;
+  auto h = std::make_shared<detail::HandleState>(name, 1);
+  t.handle = h;
+  throw_if_error(set.enqueue_one(std::move(t)));
+  return h;
+}
+
 // Waits (bounded) and returns the handle's status.
 Status finish(const std::shared_ptr<detail::HandleState>& h) {
   if (!h->wait_until(std::chrono::steady_clock::now() + kDeadline)) {
@@ -663,4 +681,92 @@ TEST_CASE("loop: one rank's shutdown fails every rank's pending work with a Shut
   v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
                     std::make_shared<detail::HandleState>("later", 1)));
   CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
+}
+
+TEST_CASE("loop: tensors put straight into their places (enqueue_one) mix with entries", "[loop]") {
+  // Each step, every rank submits six tensors: even ones through enqueue_one() (in place, or
+  // out of place into a second buffer), odd ones as entries through enqueue(), in an order
+  // that differs by rank, so both kinds share cycles and fused batches. Every element of
+  // every result is checked against the sum (or average) of the ranks' values.
+  const int n = GENERATE(2, 3);
+  InProcessSets sets(n, test_config());
+  constexpr int kTensors = 6, kLen = 9, kSteps = 4;
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<std::vector<float>> in(kTensors, std::vector<float>(kLen));
+    std::vector<std::vector<float>> out(kTensors, std::vector<float>(kLen, -1.0f));
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<std::shared_ptr<detail::HandleState>> hs(kTensors);
+      for (int k = 0; k < kTensors; ++k) {
+        const int t = (k + rank) % kTensors;
+        auto& b = in[static_cast<size_t>(t)];
+        for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, t, i) + step;
+        const std::string name = "mixed." + std::to_string(t);
+        if (t % 2 == 1) {
+          hs[static_cast<size_t>(t)] = submit(
+              sets.set(rank),
+              entry(rank, OpType::kAllreduce, name, b.data(), DataType::kFloat32, {kLen}, nullptr));
+        } else {
+          const bool separate = t % 4 == 0;
+          hs[static_cast<size_t>(t)] =
+              submit_one(sets.set(rank), name, b.data(), kLen,
+                         separate ? out[static_cast<size_t>(t)].data() : nullptr,
+                         t == 2 ? ReduceOp::kAverage : ReduceOp::kSum);
+        }
+      }
+      for (int t = 0; t < kTensors; ++t) {
+        require_ok(hs[static_cast<size_t>(t)]);
+        const bool separate = t % 2 == 0 && t % 4 == 0;
+        const auto& got = separate ? out[static_cast<size_t>(t)] : in[static_cast<size_t>(t)];
+        check_all("step " + std::to_string(step) + " mixed." + std::to_string(t), got.data(), kLen,
+                  [&](int64_t i) {
+                    float s = 0;
+                    for (int r = 0; r < n; ++r) s += value(r, t, static_cast<int>(i)) + step;
+                    return t == 2 ? s / static_cast<float>(n) : s;
+                  });
+        if (separate) {  // out of place: the input is left as it was
+          check_all("input of mixed." + std::to_string(t), in[static_cast<size_t>(t)].data(), kLen,
+                    [&](int64_t i) { return value(rank, t, static_cast<int>(i)) + step; });
+        }
+      }
+    }
+  });
+  INFO(err);
+  CHECK(err.empty());
+}
+
+TEST_CASE("loop: enqueue_one refuses a pending name and a stopped set, taking nothing", "[loop]") {
+  InProcessSets sets(2, test_config());
+  std::vector<float> a0(4, 1.0f), a1(4, 2.0f), b0(4, 9.0f);
+  auto h0 = submit_one(sets.set(0), "x", a0.data(), 4);
+  // Rank 1 has not submitted "x": a second "x" on rank 0 is refused, and the caller keeps
+  // its view (shape included) and its handle.
+  const std::string x = "x";
+  TensorView again(b0.data(), DataType::kFloat32, {4});
+  auto h_again = std::make_shared<detail::HandleState>("x", 1);
+  ProcessSetState::Single t;
+  t.name = &x;
+  t.input = &again;
+  t.handle = h_again;
+  Status s = sets.set(0).enqueue_one(std::move(t));
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(s.message().find("'x'") != std::string::npos);
+  CHECK(s.message().find("still pending") != std::string::npos);
+  CHECK(again.data == b0.data());
+  CHECK(again.shape == Shape{4});
+  CHECK(t.handle == h_again);
+  auto h1 = submit_one(sets.set(1), "x", a1.data(), 4);
+  require_ok(h0);
+  require_ok(h1);
+  CHECK(a0[3] == 3.0f);
+  CHECK(a1[0] == 3.0f);
+  CHECK(b0[0] == 9.0f);  // the refused tensor was never run
+  sets.shutdown();
+  ProcessSetState::Single late;
+  late.name = &x;
+  late.input = &again;
+  late.handle = h_again;
+  s = sets.set(0).enqueue_one(std::move(late));
+  CHECK(s.code() == ErrorCode::kShutdown);
+  CHECK(s.message().find("allreduce 'x' rejected") != std::string::npos);
+  CHECK(again.shape == Shape{4});
 }
