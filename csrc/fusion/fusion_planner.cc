@@ -115,8 +115,27 @@ std::vector<FusionBatch> plan_fusion(const std::vector<Response>& responses, int
   return planner.plan(responses, threshold);
 }
 
+bool FusionPlanner::same_as_last(const std::vector<Response>& responses, int64_t threshold) const {
+  if (threshold != last_threshold_ || responses.size() != last_stamps_.size()) return false;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    if (responses[i].cache_stamp != last_stamps_[i]) return false;  // 0 (uncached) never stored
+  }
+  return !responses.empty();
+}
+
 const std::vector<FusionBatch>& FusionPlanner::plan(const std::vector<Response>& responses,
                                                     int64_t threshold) {
+  if (same_as_last(responses, threshold)) return batches_;
+  // Remembered for the next cycle only when every response is a cached one.
+  last_threshold_ = threshold;
+  last_stamps_.clear();
+  for (const Response& r : responses) {
+    if (r.cache_stamp == 0) {
+      last_stamps_.clear();
+      break;
+    }
+    last_stamps_.push_back(r.cache_stamp);
+  }
   // Last cycle's batches become spare ones (their vectors keep their room).
   for (FusionBatch& b : batches_) spare_.push_back(std::move(b));
   batches_.clear();

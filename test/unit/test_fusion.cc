@@ -306,3 +306,55 @@ TEST_CASE("the planner matches the reference plan on random lists", "[fusion]") 
     }
   }
 }
+
+TEST_CASE("the planner's plan for the same cached responses is the plan of those responses",
+          "[fusion]") {
+  // A planner reuses its last plan when every response carries the same cache stamp, in the
+  // same order, under the same threshold. Lists that repeat, lists with one entry replaced
+  // (a new stamp, other bytes or key), uncached responses (stamp 0) among cached ones, and a
+  // changed threshold must each get exactly the reference plan of their own responses.
+  std::mt19937 rng(23);
+  FusionPlanner planner;
+  uint64_t next_stamp = 1;
+  const auto fresh = [&](int i) {
+    Response r = ar("t" + std::to_string(i), 4 * (1 + static_cast<int64_t>(rng() % 64)),
+                    rng() % 4 ? DataType::kFloat32 : DataType::kInt32);
+    if (rng() % 6 == 0) r.postscale = 0.5;
+    if (rng() % 3 == 0) r.group = "g" + std::to_string(rng() % 3);
+    r.cache_stamp = next_stamp++;
+    return r;
+  };
+  std::vector<Response> rs;
+  for (int i = 0; i < 40; ++i) rs.push_back(fresh(i));
+  int64_t threshold = 256;
+  int reused = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const unsigned what = rng() % 8;
+    if (what == 0) {  // one entry replaced: new stamp, other bytes
+      const size_t i = rng() % rs.size();
+      rs[i] = fresh(static_cast<int>(i));
+    } else if (what == 1) {  // an uncached response (a full cycle's) in the list
+      rs[rng() % rs.size()].cache_stamp = 0;
+    } else if (what == 2) {
+      threshold = 64 + static_cast<int64_t>(rng() % 512);
+    } else if (what == 3 && rs.size() > 2) {  // one fewer ready this cycle
+      rs.erase(rs.begin() + static_cast<long>(rng() % rs.size()));
+    } else if (what == 4) {
+      rs.push_back(fresh(static_cast<int>(rs.size())));
+    }  // else: the same list again
+    const std::vector<FusionBatch>& got = planner.plan(rs, threshold);
+    const auto want = reference_plan(rs, threshold);
+    reused += what >= 5 ? 1 : 0;
+    REQUIRE(got.size() == want.size());
+    for (size_t b = 0; b < got.size(); ++b) {
+      REQUIRE(got[b].members == want[b].members);
+      REQUIRE(got[b].offsets == want[b].offsets);
+      REQUIRE(got[b].bytes == want[b].bytes);
+    }
+    // Stamps restored on the entries that lost theirs, so later rounds can reuse again.
+    for (Response& r : rs) {
+      if (r.cache_stamp == 0) r.cache_stamp = next_stamp++;
+    }
+  }
+  CHECK(reused > 1000);
+}
