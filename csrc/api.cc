@@ -419,21 +419,13 @@ Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView*
     ProcessSetState& set = *rt->global_set();
     std::string numbered;
     if (name.empty()) numbered = set.auto_name(OpType::kAllreduce);
-    ProcessSetState::Single t;
-    t.name = name.empty() ? &numbered : &name;
-    t.input = &input;
-    if (output) {
-      output->shape.clear();  // checked; the entry's views keep no shape
-      t.output = output;
-    }
-    t.reduce_op = options.op;
-    t.prescale = options.prescale_factor;
-    t.postscale = options.postscale_factor;
-    auto state = make_pooled<detail::HandleState>(*t.name, 1);
+    const std::string& tensor_name = name.empty() ? numbered : name;
+    if (output) output->shape.clear();  // checked; the entry's views keep no shape
+    auto state = make_pooled<detail::HandleState>(tensor_name, 1);
     state->set_driver(set.as_driver());  // an untimed wait runs the set's cycles itself
-    t.handle = state;
-    t.enqueue_us = rt->timeline()->enabled() ? now_us() : 0;
-    throw_if_error(set.enqueue_one(std::move(t)));
+    throw_if_error(set.enqueue_one(ProcessSetState::Single(
+        OpType::kAllreduce, &tensor_name, &input, output, options.op, options.prescale_factor,
+        options.postscale_factor, 0, state, rt->timeline()->enabled() ? now_us() : 0)));
     return Handle(std::move(state));
   }
   Submission sub("allreduce", options.process_set);

@@ -151,7 +151,8 @@ Status ProcessSetState::still_pending(OpType op, const std::string& name, OpType
 }
 
 void ProcessSetState::submitted(std::unique_lock<std::mutex>& lk) {
-  enqueued_.fetch_add(1, std::memory_order_relaxed);
+  // Written under mu_ only: a plain store, not a locked read-modify-write.
+  enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   has_new_.store(true, std::memory_order_release);
   if (sleeping_) {
     // Notified after unlocking: a thread woken under the lock would only block on it again.

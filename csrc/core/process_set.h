@@ -77,6 +77,22 @@ class ProcessSetState : public detail::CycleDriver {
   /// tensor's place, where enqueue() of a one-entry vector moves both out of a TensorEntry
   /// built first (a third of a tiny tensor's submission, docs/benchmarks.md round sixteen).
   struct Single {
+    // Constructors of its own: value- or aggregate-initialized, the whole struct was zeroed
+    // first by a `rep stos`, a sixth of the API's own part of the submission.
+    Single() {}  // NOLINT(modernize-use-equals-default)
+    Single(OpType op_, const std::string* name_, TensorView* input_, TensorView* output_,
+           ReduceOp reduce_op_, double prescale_, double postscale_, int32_t root_,
+           std::shared_ptr<detail::HandleState> handle_, int64_t enqueue_us_)
+        : op(op_),
+          name(name_),
+          input(input_),
+          output(output_),
+          reduce_op(reduce_op_),
+          prescale(prescale_),
+          postscale(postscale_),
+          root(root_),
+          handle(std::move(handle_)),
+          enqueue_us(enqueue_us_) {}
     OpType op = OpType::kAllreduce;
     const std::string* name = nullptr;  ///< never empty (unnamed calls are numbered first)
     TensorView* input = nullptr;        ///< moved from; its shape becomes the request's
@@ -234,7 +250,7 @@ class ProcessSetState : public detail::CycleDriver {
   bool parked_ = false;
   // Set with new_requests_ (under mu_), read without it by the idle thread's poll.
   std::atomic<bool> has_new_{false};
-  std::atomic<uint64_t> enqueued_{0};  // submissions so far (the settle wait watches it)
+  std::atomic<uint64_t> enqueued_{0};  // mu_ to write: submissions so far (settle() reads it)
   /// How long an idle background thread polls for new work before it sleeps on cv_.
   static constexpr std::chrono::microseconds kIdleSpin{50};
   /// A burst of submissions is over when none came for kSettle (or a thread waits on a
