@@ -47,6 +47,29 @@ std::string describe(const Request& q) {
   return std::string(op_type_name(q.op)) + " '" + q.name + "'";
 }
 
+// The conditions of the argument checks, each written once: the checks below throw naming
+// the tensor when one holds, and plain_cpu_allreduce() sends a call for which none holds
+// straight to the set's table.
+bool negative_dimension(const Shape& shape) {
+  return std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; });
+}
+bool data_missing(const void* data, const Shape& shape) {
+  return data == nullptr && num_elements(shape) > 0;
+}
+bool average_undefined(DataType dtype, ReduceOp op) {
+  return dtype == DataType::kBool && op == ReduceOp::kAverage;
+}
+// Integer tensors are scaled in double and truncated (Horovod's rule) on the CPU; the GPU
+// kernels scale floating types only.
+bool scaling_unsupported(DataType dtype, const Device& device, double pre, double post) {
+  return (pre != 1.0 || post != 1.0) && !is_floating_point(dtype) &&
+         (dtype == DataType::kBool || device.is_cuda());
+}
+// An out-of-place output must be the input's dtype, shape (`in_shape`) and device.
+bool output_mismatch(const TensorView& in, const Shape& in_shape, const TensorView& out) {
+  return out.dtype != in.dtype || out.shape != in_shape || out.device != in.device;
+}
+
 // One submission being built: the runtime, the target set and its entries.
 class Submission {
  public:
@@ -218,13 +241,11 @@ class Submission {
   // The input view `t`, whose shape is now the request's.
   static void check_input(const Request& q, const TensorView& t) {
     const char* role = "input";
-    for (int64_t d : q.shape) {
-      if (d < 0) {
-        throw InvalidArgumentError(describe(q) + ": " + role + " has a negative dimension " +
-                                   shape_str(q.shape));
-      }
+    if (negative_dimension(q.shape)) {
+      throw InvalidArgumentError(describe(q) + ": " + role + " has a negative dimension " +
+                                 shape_str(q.shape));
     }
-    if (t.data == nullptr && num_elements(q.shape) > 0) {
+    if (data_missing(t.data, q.shape)) {
       throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
     }
     if (t.device.is_cuda() && !nccl_built()) {  // NCCL builds: checked in add()
@@ -265,13 +286,10 @@ void set_reduction(Request& q, ReduceOp op, double pre, double post) {
   q.reduce_op = op;
   q.prescale = pre;
   q.postscale = post;
-  if (q.dtype == DataType::kBool && op == ReduceOp::kAverage) {
+  if (average_undefined(q.dtype, op)) {
     throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
   }
-  // Integer tensors are scaled in double and truncated (Horovod's rule) on the CPU; the GPU
-  // kernels scale floating types only.
-  if ((pre != 1.0 || post != 1.0) && !is_floating_point(q.dtype) &&
-      (q.dtype == DataType::kBool || q.device.is_cuda())) {
+  if (scaling_unsupported(q.dtype, q.device, pre, post)) {
     throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
                                "floating-point tensor" +
                                (q.dtype == DataType::kBool ? "" : " on a CUDA device") + ", not " +
@@ -393,20 +411,11 @@ namespace {
 // table (ProcessSetState::enqueue_one). Anything else takes the general path, whose checks
 // report the failure (on every rank) exactly as before.
 bool plain_cpu_allreduce(const TensorView& in, const TensorView* out, const AllreduceOptions& o) {
-  if (o.process_set.id != 0 || in.device.is_cuda()) return false;
-  for (int64_t d : in.shape) {
-    if (d < 0) return false;
-  }
-  if (in.data == nullptr && num_elements(in.shape) > 0) return false;
-  if (out && ((out->data == nullptr && out->numel() > 0) || out->dtype != in.dtype ||
-              out->shape != in.shape || out->device != in.device)) {
-    return false;
-  }
-  if (in.dtype == DataType::kBool &&
-      (o.op == ReduceOp::kAverage || o.prescale_factor != 1.0 || o.postscale_factor != 1.0)) {
-    return false;
-  }
-  return true;
+  return o.process_set.id == 0 && !in.device.is_cuda() && !negative_dimension(in.shape) &&
+         !data_missing(in.data, in.shape) &&
+         (!out || (!data_missing(out->data, out->shape) && !output_mismatch(in, in.shape, *out))) &&
+         !average_undefined(in.dtype, o.op) &&
+         !scaling_unsupported(in.dtype, in.device, o.prescale_factor, o.postscale_factor);
 }
 
 // Both public overloads end here, giving up their by-value views (no further Shape copies).
@@ -435,10 +444,10 @@ Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView*
     if (output) {
       const TensorView& in = e.input;
       TensorView& out = e.output;
-      if (out.data == nullptr && out.numel() > 0) {
+      if (data_missing(out.data, out.shape)) {
         throw InvalidArgumentError(describe(q) + ": output data pointer is null");
       }
-      if (out.dtype != in.dtype || out.shape != q.shape || out.device != in.device) {
+      if (output_mismatch(in, q.shape, out)) {
         throw InvalidArgumentError(describe(q) + ": output " + dtype_name(out.dtype) +
                                    shape_str(out.shape) + " does not match input " +
                                    dtype_name(in.dtype) + shape_str(q.shape));

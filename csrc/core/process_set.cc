@@ -135,11 +135,15 @@ std::string ProcessSetState::stop_reason() const {
   return stop_status_.message();
 }
 
-Status ProcessSetState::rejected_locked(OpType op, const std::string& name) const {
-  if (!stopped_ && !shutdown_requested_) return Status::OK();
-  const std::string why =
-      stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
-  return Status::Shutdown(std::string(op_type_name(op)) + " '" + name + "' rejected: " + why);
+Status ProcessSetState::admit_locked(OpType op, const std::string& name) {
+  if (stopped_ || shutdown_requested_) {
+    const std::string why =
+        stop_status_.ok() ? "horovod_cpp is shutting down" : stop_status_.message();
+    return Status::Shutdown(std::string(op_type_name(op)) + " '" + name + "' rejected: " + why);
+  }
+  // Swept before the lookups, so the places they find stay valid until used.
+  if (names_.size() >= sweep_at_) sweep_idle_names();
+  return Status::OK();
 }
 
 Status ProcessSetState::still_pending(OpType op, const std::string& name, OpType pending_op) const {
@@ -164,10 +168,8 @@ void ProcessSetState::submitted(std::unique_lock<std::mutex>& lk) {
 Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
   std::unique_lock<std::mutex> lk(mu_);
   const Request& first = entries.front().request;
-  HVD_RETURN_IF_ERROR(rejected_locked(first.op, first.name));
+  HVD_RETURN_IF_ERROR(admit_locked(first.op, first.name));
   // The requests go to the negotiation; the places keep the rest (PendingTensor).
-  // Swept before the lookups, so the places they find stay valid until used.
-  if (names_.size() >= sweep_at_) sweep_idle_names();
   OpType pending_op = OpType::kAllreduce;
   if (entries.size() == 1) {  // one probe of the index
     TensorEntry& e = entries.front();
@@ -194,8 +196,7 @@ Status ProcessSetState::enqueue(std::vector<TensorEntry>&& entries) {
 Status ProcessSetState::enqueue_one(Single&& t) {
   const std::string& name = *t.name;
   std::unique_lock<std::mutex> lk(mu_);
-  HVD_RETURN_IF_ERROR(rejected_locked(t.op, name));
-  if (names_.size() >= sweep_at_) sweep_idle_names();
+  HVD_RETURN_IF_ERROR(admit_locked(t.op, name));
   OpType pending_op = OpType::kAllreduce;
   const uint32_t at = place_for(name, find_place(name), &pending_op);
   if (at == kNoLocalTag) return still_pending(t.op, name, pending_op);

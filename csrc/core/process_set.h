@@ -227,8 +227,9 @@ class ProcessSetState : public detail::CycleDriver {
   void fill(uint32_t at, TensorEntry& e);
   /// Makes place `at` pending, the one filled after the last (mu_ held), and returns it.
   Place& claim(uint32_t at);
-  /// The failure of enqueue() while the set stops or has stopped, or OK (mu_ held).
-  Status rejected_locked(OpType op, const std::string& name) const;
+  /// Before a submission's lookups (mu_ held): the failure of enqueue() while the set stops
+  /// or has stopped; otherwise sweeps idle names when due (sweep_idle_names()) and is OK.
+  Status admit_locked(OpType op, const std::string& name);
   /// The failure of enqueue() for a name whose tensor is still pending (a `pending_op`).
   Status still_pending(OpType op, const std::string& name, OpType pending_op) const;
   /// After a submission is in (mu_ held, released by this): counts it and wakes the thread.
