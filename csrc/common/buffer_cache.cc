@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -13,6 +15,8 @@ namespace {
 
 // Below this, new[] is as fast (glibc reuses heap memory for it).
 constexpr size_t kMinBytes = 256 * 1024;
+// Fresh blocks from this size up are aligned to it and advised to use transparent huge pages.
+constexpr size_t kHugeBytes = 2 * 1024 * 1024;
 // A cached block serves a request of at least 3/4 of its size (bounded waste).
 constexpr size_t kSlackDivisor = 4;
 constexpr size_t kMaxBlocks = 64;
@@ -51,10 +55,36 @@ class Cache {
       }
       ++misses_;
     }
-    void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    return {p, want};
+    return {map_fresh(want), want};
   }
+
+  // A fresh private mapping of `bytes` (page-rounded). From kHugeBytes up it starts on a
+  // huge-page boundary and asks for transparent huge pages (MADV_HUGEPAGE; the kernel's
+  // default "madvise" mode grants them only where asked): a 4 MiB result then costs the
+  // copies writing it two TLB entries instead of 1,024. Where the kernel refuses, it simply
+  // keeps small pages.
+  void* map_fresh(size_t bytes) {
+    if (!huge_.load(std::memory_order_relaxed) || bytes < kHugeBytes) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      return p;
+    }
+    // Over-map by one huge page less a page, then give back the unaligned head and the tail.
+    const size_t extra = kHugeBytes - page_round(1);
+    void* raw =
+        mmap(nullptr, bytes + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) throw std::bad_alloc();
+    const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+    const uintptr_t aligned = (start + kHugeBytes - 1) / kHugeBytes * kHugeBytes;
+    const size_t head = aligned - start;
+    if (head > 0) munmap(raw, head);
+    if (extra - head > 0) munmap(reinterpret_cast<void*>(aligned + bytes), extra - head);
+    void* p = reinterpret_cast<void*>(aligned);
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves small pages
+    return p;
+  }
+
+  void set_huge(bool on) { huge_.store(on, std::memory_order_relaxed); }
 
   // Keeps `b` for reuse unless that would exceed the limit (the oldest go first).
   void give(Block b) {
@@ -112,6 +142,7 @@ class Cache {
   std::deque<Block> free_;  // oldest first; guarded by mu_
   size_t cached_ = 0;       // bytes in free_
   size_t limit_ = 256ull * 1024 * 1024;
+  std::atomic<bool> huge_{true};  // huge pages for fresh blocks from kHugeBytes
   int64_t hits_ = 0, misses_ = 0;
 };
 
@@ -145,6 +176,10 @@ std::shared_ptr<void> allocate_host_buffer(size_t bytes) {
 }
 
 void set_host_buffer_cache_limit(int64_t bytes) { cache().set_limit(bytes); }
+
+void set_host_buffer_huge_pages(bool on) {
+  cache().set_huge(on);
+}
 
 void trim_host_buffer_cache() { cache().trim(); }
 

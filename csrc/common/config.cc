@@ -84,6 +84,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
       read_double(lookup, "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0, &c.stall_shutdown_seconds));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_REDUCE_CHUNK_BYTES", &c.reduce_chunk_bytes));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_BUFFER_CACHE_BYTES", &c.buffer_cache_bytes));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_HUGE_PAGES", &c.huge_pages));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_ABORT_GRACE_SECONDS", 0.0, &c.abort_grace_seconds));
   if (auto v = lookup("HOROVOD_CPP_TEST_FAKE_VERSION"); v) c.test_fake_version = *v;
@@ -142,9 +143,8 @@ std::string Config::describe() const {
      << " HOROVOD_STALL_CHECK_DISABLE=" << stall_check_disabled
      << " HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds
      << " HOROVOD_CPP_ABORT_GRACE_SECONDS=" << abort_grace_seconds
-     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level)
-     << " HOROVOD_CPP_SHM=" << shm_enabled << " HOROVOD_CPP_SHM_CONTROL=" << shm_control
-     << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
+     << " HOROVOD_LOG_LEVEL=" << static_cast<int>(log_level) << " HOROVOD_CPP_SHM=" << shm_enabled
+     << " HOROVOD_CPP_SHM_CONTROL=" << shm_control << " HOROVOD_CPP_SHM_MIN_BYTES=" << shm_min_bytes
      << " HOROVOD_CPP_SHM_CHUNK_BYTES=" << shm_chunk_bytes
      << " HOROVOD_CPP_SHM_GATHER_MAX_BYTES=" << shm_gather_max_bytes
      << " HOROVOD_CPP_SHM_SINGLE_COPY_BYTES=" << shm_single_copy_bytes
@@ -158,6 +158,7 @@ std::string Config::describe() const {
      << " HOROVOD_TIMELINE_MARK_CYCLES=" << timeline_mark_cycles
      << " HOROVOD_CPP_REDUCE_CHUNK_BYTES=" << reduce_chunk_bytes
      << " HOROVOD_CPP_BUFFER_CACHE_BYTES=" << buffer_cache_bytes
+     << " HOROVOD_CPP_HUGE_PAGES=" << huge_pages
      << " HOROVOD_HIERARCHICAL_ALLREDUCE=" << hierarchical_allreduce
      << " HOROVOD_CPP_CUDA_DEVICE=" << cuda_device
      << " NCCL_MULTI_RANK_GPU_ENABLE=" << nccl_multi_rank_gpu

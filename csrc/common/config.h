@@ -91,6 +91,9 @@ struct Config {
   /// HOROVOD_CPP_BUFFER_CACHE_BYTES (default 256 MiB, 0 = off): the most bytes of released
   /// result tensors (from 256 KiB up) kept mapped for reuse (common/buffer_cache.h).
   int64_t buffer_cache_bytes = 256ll * 1024 * 1024;
+  /// HOROVOD_CPP_HUGE_PAGES (default 1): result tensors from 2 MiB up start on a huge-page
+  /// boundary and ask for transparent huge pages (common/buffer_cache.h).
+  bool huge_pages = true;
   /// HOROVOD_CPP_REDUCE_CHUNK_BYTES (default 4 MiB): large CPU reductions are issued in pieces
   /// of at most this many bytes, which keeps each piece's working set in cache.
   int64_t reduce_chunk_bytes = 4ll * 1024 * 1024;

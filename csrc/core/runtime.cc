@@ -29,6 +29,7 @@ Status Runtime::start(const InitOptions& options) {
   set_log_level(config_.log_level);
   set_fatal_grace(config_.abort_grace_seconds);
   set_host_buffer_cache_limit(config_.buffer_cache_bytes);
+  set_host_buffer_huge_pages(config_.huge_pages);
   HVD_RETURN_IF_ERROR(make_world(options, &world_));
   set_log_rank(world_->rank());
   Status agree = check_version_agreement();

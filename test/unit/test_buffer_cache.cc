@@ -1,7 +1,11 @@
 // Copyright horovod_cpp authors. The host buffer cache behind large result tensors.
 #include <catch2/catch.hpp>
-
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "common/buffer_cache.h"
 #include "horovod_cpp/tensor.h"
@@ -51,6 +55,51 @@ TEST_CASE("the cache keeps at most its limit, oldest blocks unmapped first", "[b
   { std::shared_ptr<void> d = allocate_host_buffer(2 << 20); }
   CHECK(host_buffer_cache_stats().blocks == 0);
   set_host_buffer_cache_limit(256ll << 20);
+}
+
+// Kilobytes of AnonHugePages in the mapping of /proc/self/smaps that contains `p` (-1: none found).
+long huge_kib_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = a >= lo && a < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      return std::atol(line.c_str() + 14);
+    }
+  }
+  return -1;
+}
+
+TEST_CASE("fresh blocks from 2 MiB start on a huge-page boundary, and the switch turns it off",
+          "[buffer_cache]") {
+  trim_host_buffer_cache();
+  const size_t bytes = (4u << 20) + 12288;  // not a multiple of 2 MiB: the tail stays small pages
+  for (bool huge : {true, false}) {
+    set_host_buffer_huge_pages(huge);
+    for (int i = 0; i < 3; ++i) {  // every fresh block, not just the first
+      trim_host_buffer_cache();    // nothing cached: both blocks below are fresh mappings
+      std::shared_ptr<void> a = allocate_host_buffer(bytes);
+      std::shared_ptr<void> b = allocate_host_buffer(bytes);
+      unsigned char* p = static_cast<unsigned char*>(a.get());
+      if (huge) {
+        CHECK(reinterpret_cast<uintptr_t>(a.get()) % (2u << 20) == 0);
+        CHECK(reinterpret_cast<uintptr_t>(b.get()) % (2u << 20) == 0);
+      }
+      for (size_t k = 0; k < bytes; ++k) p[k] = static_cast<unsigned char>(k * 7 + i);
+      bool same = true;
+      for (size_t k = 0; k < bytes; ++k)
+        same = same && p[k] == static_cast<unsigned char>(k * 7 + i);
+      CHECK(same);
+      // The kernel may refuse huge pages (its mode "never", fragmentation): report, not fail.
+      if (huge && i == 0) WARN("AnonHugePages of a 4 MiB block: " << huge_kib_at(p) << " KiB");
+    }
+  }
+  set_host_buffer_huge_pages(true);
+  trim_host_buffer_cache();
 }
 #endif
 
