@@ -55,3 +55,19 @@ class HalfCompressorBase(Compressor):
         if ctx is not None and cls.is_float(ctx) and tensor.dtype != ctx:
             return cls.cast(tensor, ctx)
         return tensor
+
+
+def compression_for(half, is_float, cast):
+    """(FP16Compressor, Compression) of a framework: `half` is its float16 dtype,
+    is_float(dtype) tells floating-point dtypes, cast(tensor, dtype) converts."""
+    fp16 = type("FP16Compressor", (HalfCompressorBase,), {
+        "__doc__": HalfCompressorBase.__doc__.split(".")[0] + ".",
+        "half": half, "is_float": staticmethod(is_float), "cast": staticmethod(cast)})
+
+    class Compression:
+        """Compression algorithms: Compression.none, Compression.fp16."""
+
+        none = NoneCompressor
+
+    Compression.fp16 = fp16
+    return fp16, Compression

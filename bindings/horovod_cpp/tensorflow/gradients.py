@@ -1,12 +1,47 @@
-"""Averaging a list of gradients the way Horovod does, shared by DistributedGradientTape, the
-tf.compat.v1 DistributedOptimizer and the Keras DistributedOptimizer."""
+"""The TensorFlow glue of the gradient engine (.._gradients), shared by
+DistributedGradientTape, the tf.compat.v1 DistributedOptimizer and the Keras
+DistributedOptimizer: the tensor ops (collectives build ops; waiting is trivial) and
+GradientReducer, which hands a list of gradients to the engine."""
 
 import tensorflow as tf
 
-from .._basics import Adasum, Average, Sum, global_process_set
+from .._basics import Average, global_process_set
+from .._gradients import (GradientEngine, ReduceOptions, check_groups, fold_num_groups,
+                          plan_groups)
 from .compression import Compression
 from .functions import allreduce, grouped_allreduce
-from .mpi_ops import _set_size_of
+
+
+class TensorFlowGradOps:
+    """Gradients are tensors or tf.IndexedSlices; every collective returns its output."""
+
+    @staticmethod
+    def is_sparse(g):
+        return isinstance(g, tf.IndexedSlices)
+
+    @staticmethod
+    def densify(g):
+        return tf.convert_to_tensor(g), None
+
+    @staticmethod
+    def restore(dense, layout):
+        # sparse_as_dense hands dense gradients to the optimizer, as Horovod does.
+        return dense
+
+    # Horovod's allreduce: dense tensors reduced, IndexedSlices gathered.
+    allreduce = staticmethod(allreduce)
+    grouped_allreduce = staticmethod(grouped_allreduce)
+    sparse_allreduce = staticmethod(allreduce)
+
+    @staticmethod
+    def wait(outputs):
+        return outputs
+
+    wait_group = wait_sparse = wait
+
+
+def _is_variable(v):
+    return hasattr(v, "dtype") and hasattr(v, "shape")
 
 
 class GradientReducer:
@@ -15,70 +50,23 @@ class GradientReducer:
     def __init__(self, compression=Compression.none, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, num_groups=0, groups=None,
                  process_set=global_process_set):
-        if op == Adasum:
-            raise NotImplementedError("horovod_cpp: op=Adasum is not supported")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor not supported with op != Average")
-        if groups is not None and num_groups:
-            raise ValueError("pass either groups or num_groups, not both")
-        if num_groups < 0:
-            raise ValueError("num_groups must be >= 0")
-        self.compression = compression
-        self.sparse_as_dense = sparse_as_dense
-        self.op = op
-        self.predivide = float(gradient_predivide_factor)
-        self.num_groups = int(num_groups)
-        self.groups = groups
-        self.process_set = process_set
-
-    def _scales(self):
-        """(op, prescale, postscale): Average with a predivide factor is a Sum scaled before
-        by 1/f and after by f/size, as in Horovod."""
-        if self.op == Average and self.predivide != 1.0:
-            return Sum, 1.0 / self.predivide, self.predivide / _set_size_of(self.process_set)
-        return self.op, 1.0, 1.0
+        groups = check_groups(fold_num_groups(groups, num_groups), _is_variable, "tf.Variable")
+        self.options = ReduceOptions(op=op, gradient_predivide_factor=gradient_predivide_factor,
+                                     compression=compression, sparse_as_dense=sparse_as_dense,
+                                     groups=groups, process_set=process_set)
 
     def reduce(self, grads, variables=None):
-        """The reduced gradients, in order."""
-        grads = list(grads)
-        if self.sparse_as_dense:
-            grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                     for g in grads]
-        op, pre, post = self._scales()
-        present = [i for i, g in enumerate(grads) if g is not None]
+        """The reduced gradients, in order (variables: needed when groups lists them)."""
         out = list(grads)
-        groups = self._group_indices(present, variables)
-        if groups is None:
-            for i in present:
-                out[i] = allreduce(grads[i], op=op, prescale_factor=pre, postscale_factor=post,
-                                   compression=self.compression, process_set=self.process_set)
-            return out
-        for idx in groups:
-            reduced = grouped_allreduce([grads[i] for i in idx], op=op, prescale_factor=pre,
-                                        postscale_factor=post, compression=self.compression,
-                                        process_set=self.process_set)
-            for i, r in zip(idx, reduced):
-                out[i] = r
-        return out
-
-    def _group_indices(self, present, variables):
-        """None (one allreduce per gradient) or lists of gradient indices reduced together."""
-        if self.num_groups:
-            n = min(self.num_groups, max(len(present), 1))
-            return [g for g in (present[k::n] for k in range(n)) if g]
-        if self.groups is None:
-            return None
-        if isinstance(self.groups, int):
-            n = min(self.groups, max(len(present), 1))
-            return [g for g in (present[k::n] for k in range(n)) if g]
-        if variables is None:
+        present = [i for i, g in enumerate(out) if g is not None]
+        groups = self.options.groups
+        if isinstance(groups, list) and variables is None:
             raise ValueError("groups given as lists of variables need the variables")
-        ref = {id(v): i for i, v in enumerate(variables)}
-        seen, out = set(), []
-        for group in self.groups:
-            idx = [ref[id(v)] for v in group if id(v) in ref and ref[id(v)] in present]
-            seen.update(idx)
-            if idx:
-                out.append(idx)
-        out.extend([i] for i in present if i not in seen)
+        keys = [variables[i] for i in present] if variables is not None else present
+        engine = GradientEngine(TensorFlowGradOps, self.options, len(present),
+                                groups=plan_groups(groups, keys))
+        dense_or_sparse = [out[i] if isinstance(out[i], tf.IndexedSlices)
+                           else tf.convert_to_tensor(out[i]) for i in present]
+        for i, r in zip(present, engine.reduce(dense_or_sparse)):
+            out[i] = r
         return out

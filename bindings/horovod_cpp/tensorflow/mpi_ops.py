@@ -1,6 +1,6 @@
 """horovod.tensorflow's collectives as real TensorFlow ops, with their gradients.
 
-The ops live in the C++ library ``_tf_ops.so`` (bindings/tensorflow): asynchronous CPU
+The ops live in the C++ library ``_tf_ops.so`` (adapters/tensorflow): asynchronous CPU
 kernels that enqueue into the horovod_cpp runtime and complete from its completion thread.
 They run eagerly and inside ``tf.function``. Naming follows Horovod: in eager mode an unnamed
 collective is matched across ranks by call order; in a graph it is matched by its node's name,

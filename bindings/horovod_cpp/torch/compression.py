@@ -2,27 +2,10 @@
 
 import torch
 
-from .._compression import Compressor, HalfCompressorBase, NoneCompressor
+from .._compression import Compressor, NoneCompressor, compression_for
 
 __all__ = ["Compression", "Compressor", "FP16Compressor", "NoneCompressor"]
 
-
-class FP16Compressor(HalfCompressorBase):
-    """Sends floating-point tensors as float16 and casts the result back."""
-
-    half = torch.float16
-
-    @staticmethod
-    def is_float(dtype):
-        return dtype.is_floating_point
-
-    @staticmethod
-    def cast(tensor, dtype):
-        return tensor.type(dtype)
-
-
-class Compression:
-    """Compression algorithms: Compression.none, Compression.fp16."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
+FP16Compressor, Compression = compression_for(torch.float16, lambda d: d.is_floating_point,
+                                              lambda t, d: t.type(d))
+FP16Compressor.__module__ = Compression.__module__ = __name__

@@ -2,8 +2,8 @@
 
 DistributedOptimizer(..., staleness=s) and DistributedOptimizer(..., local_sgd_period=k,
 local_sgd_warmup_steps=n) return an optimizer built here (optimizer.py delegates to
-make_semisync_optimizer); StepGuard paces ranks that step independently. The semantics are
-those of the C++ training API (docs/training.md, "Semi-synchronous training"):
+make_semisync_optimizer); StepGuard paces ranks that step independently. What each step does
+is decided by the framework-free schedule (.._semisync); this module does the tensor work:
 
 * staleness s: step() copies this step's gradients, starts their allreduce and applies the
   averaged gradients of the step s steps earlier (no update during the first s steps). Waiting
@@ -15,11 +15,12 @@ those of the C++ training API (docs/training.md, "Semi-synchronous training"):
   it on every rank at the same step before a checkpoint, and before join() at the end.
 """
 
-import collections
-
 import torch
 
 from .._basics import Average, Sum
+from .._gradients import GradientEngine
+from .._semisync import STALE, WARMUP, SemiSyncSchedule
+from ._grad_ops import TorchGradOps
 from .mpi_ops import allreduce_async, allreduce_async_, join, poll
 from .mpi_ops import synchronize as _wait
 
@@ -29,49 +30,45 @@ class _SemiSyncOptimizer:
 
     _hvd_base_class = None
 
-    def _hvd_semisync_setup(self, names, compression, op, gradient_predivide_factor, staleness,
-                            local_sgd_period, local_sgd_warmup_steps, local_sgd_average_state,
-                            local_sgd_overlap, process_set):
+    def _hvd_semisync_setup(self, names, options, schedule, local_sgd_average_state,
+                            local_sgd_overlap):
         self._names = names
-        self._compression = compression
-        self.op = op
-        self.gradient_predivide_factor = gradient_predivide_factor
-        self.staleness = staleness
-        self.local_sgd_period = local_sgd_period
-        self.local_sgd_warmup_steps = local_sgd_warmup_steps
+        self._options = options
+        self.op = options.op
+        self.gradient_predivide_factor = options.gradient_predivide_factor
+        self._schedule = schedule
+        self.staleness = schedule.staleness
+        self.local_sgd_period = schedule.local_sgd_period
+        self.local_sgd_warmup_steps = schedule.local_sgd_warmup_steps
         self.local_sgd_average_state = local_sgd_average_state
         self.local_sgd_overlap = local_sgd_overlap
-        self.process_set = process_set
+        self.process_set = options.process_set
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        self._pending = collections.deque()  # staleness: (entries) oldest first
-        self._submitted = 0
-        self._steps = 0
         self._average = None  # local SGD with overlap: [(target, snapshot, handle)]
 
     # ---- gradients -------------------------------------------------------------------------
     def _submit_gradients(self, tag):
-        pre, post = 1.0, 1.0
-        if self.op == Average:
-            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
-        entries = []
-        for p in self._params:
-            g = p.grad
-            if g is None:
-                g = torch.zeros_like(p)
-            elif g.is_sparse:
-                g = g.to_dense()
-            # Our own copy: the next backward writes p.grad while this one is in flight.
-            g = g.detach().clone(memory_format=torch.contiguous_format)
-            compressed, ctx = self._compression.compress(g)
-            h = allreduce_async_(compressed, name=f"{self._names[p]}.{tag}", op=self.op,
-                                 prescale_factor=pre, postscale_factor=post,
-                                 process_set=self.process_set)
-            entries.append((p, h, ctx))
-        return entries
+        """Starts the reduction of this step's gradients (names suffixed with `tag`); the
+        engine that holds them is waited for by _apply()."""
+        names = [f"{self._names[p]}.{tag}" for p in self._params]
+        engine = GradientEngine(TorchGradOps, self._options, len(self._params), names=names)
+        engine.start(range(len(self._params)), self._gradient_copy)
+        return engine
 
-    def _apply(self, entries, closure):
-        for p, h, ctx in entries:
-            g = self._compression.decompress(_wait(h), ctx)
+    def _gradient_copy(self, slot):
+        """Our own dense copy of a slot's gradient (zeros when there is none): the next
+        backward writes p.grad while this one is in flight."""
+        p = self._params[slot]
+        g = p.grad
+        if g is None:
+            return torch.zeros_like(p)
+        if g.is_sparse:
+            g = g.to_dense()
+        return g.detach().clone(memory_format=torch.contiguous_format)
+
+    def _apply(self, engine, closure):
+        for slot, g in sorted(engine.wait().items()):
+            p = self._params[slot]
             if p.grad is None or p.grad.is_sparse or p.grad.shape != g.shape:
                 p.grad = g
             else:
@@ -117,21 +114,17 @@ class _SemiSyncOptimizer:
 
     # ---- public API ------------------------------------------------------------------------
     def step(self, closure=None):
-        t = self._steps
-        self._steps += 1
-        if self.staleness > 0:
-            slot = self._submitted % (self.staleness + 1)
-            self._submitted += 1
-            self._pending.append(self._submit_gradients(f"stale{slot}"))
+        kind, arg = self._schedule.next_step()
+        if kind == STALE:
             loss = None
-            while len(self._pending) > self.staleness:
-                loss = self._apply(self._pending.popleft(), closure)
+            for entries in self._schedule.submitted(self._submit_gradients(arg)):
+                loss = self._apply(entries, closure)
             return loss
-        if t < self.local_sgd_warmup_steps:
-            return self._apply(self._submit_gradients("warmup"), closure)
+        if kind == WARMUP:
+            return self._apply(self._submit_gradients(arg), closure)
         self._finish_average()
         loss = self._hvd_base_class.step(self, closure)
-        if (t + 1 - self.local_sgd_warmup_steps) % self.local_sgd_period == 0:
+        if arg:
             if self.local_sgd_overlap:
                 self._start_average()
             else:
@@ -143,9 +136,8 @@ class _SemiSyncOptimizer:
         updates (staleness) or averages the parameters now (local SGD). Call on every rank at
         the same step; afterwards the parameters are identical everywhere."""
         if self.staleness > 0:
-            while self._pending:
-                self._apply(self._pending.popleft(), None)
-            self._submitted = 0
+            for entries in self._schedule.drain():
+                self._apply(entries, None)
             return
         self._finish_average()
         self._average_now()
@@ -153,64 +145,32 @@ class _SemiSyncOptimizer:
     @property
     def steps_taken(self):
         """Number of step() calls so far."""
-        return self._steps
+        return self._schedule.steps
 
     def synchronize(self):
         raise RuntimeError("horovod_cpp: synchronize() is not available with staleness or "
                            "local SGD (step() does the communication); use flush()")
 
     def state_dict(self):
-        if self._pending or self._average is not None:
+        if self._schedule.pending or self._average is not None:
             raise RuntimeError("horovod_cpp: state_dict() while semi-synchronous "
                                "communication is in flight; call flush() on every rank first "
                                "(pending delayed gradients are not part of a checkpoint)")
         return self._hvd_base_class.state_dict(self)
 
 
-def checked_names(optimizer, named_parameters):
-    """(name, parameter) pairs for every parameter of `optimizer`: from named_parameters
-    (unique names, every parameter named) or "noname.<i>" in param_group order."""
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    if named_parameters is None:
-        return [(f"noname.{i}", p) for i, p in enumerate(params)]
-    named = list(named_parameters)
-    if any(not isinstance(x, tuple) or len(x) != 2 for x in named):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter)")
-    names = [n for n, _ in named]
-    dups = sorted({n for n in names if names.count(n) > 1})
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found "
-                         "duplicates: %s" % ", ".join(dups))
-    ids = {id(p) for _, p in named}
-    if any(id(p) not in ids for p in params):
-        raise ValueError("named_parameters was specified, but one or more model parameters "
-                         "were not named")
-    return named
-
-
-def make_semisync_optimizer(optimizer, names, compression, op, gradient_predivide_factor,
-                            staleness, local_sgd_period, local_sgd_warmup_steps,
-                            local_sgd_average_state, local_sgd_overlap, process_set):
+def make_semisync_optimizer(optimizer, names, options, staleness, local_sgd_period,
+                            local_sgd_warmup_steps, local_sgd_average_state, local_sgd_overlap):
     """The semi-synchronous optimizer over `optimizer`'s param_groups (see the module doc).
-    `names` maps each parameter to its collective name prefix."""
-    if not isinstance(staleness, int) or staleness < 0:
-        raise ValueError(f"staleness must be a non-negative integer, got {staleness!r}")
-    if not isinstance(local_sgd_period, int) or local_sgd_period < 0:
-        raise ValueError(f"local_sgd_period must be a non-negative integer, got "
-                         f"{local_sgd_period!r}")
-    if not isinstance(local_sgd_warmup_steps, int) or local_sgd_warmup_steps < 0:
-        raise ValueError(f"local_sgd_warmup_steps must be a non-negative integer, got "
-                         f"{local_sgd_warmup_steps!r}")
-    if staleness > 0 and local_sgd_period > 0:
-        raise ValueError(f"staleness ({staleness}) and local_sgd_period ({local_sgd_period}) "
-                         "cannot both be set; choose one semi-synchronous mode")
+    `names` maps each parameter to its collective name prefix; `options` are the checked
+    reduction options (.._gradients.ReduceOptions)."""
+    schedule = SemiSyncSchedule(staleness, local_sgd_period, local_sgd_warmup_steps)
     base = optimizer.__class__
     cls = type(base.__name__, (_SemiSyncOptimizer, base), {"_hvd_base_class": base})
     opt = cls.__new__(cls)
     base.__init__(opt, optimizer.param_groups)
-    opt._hvd_semisync_setup(names, compression, op, gradient_predivide_factor, staleness,
-                            local_sgd_period, local_sgd_warmup_steps, local_sgd_average_state,
-                            local_sgd_overlap, process_set)
+    opt._hvd_semisync_setup(names, options, schedule, local_sgd_average_state,
+                            local_sgd_overlap)
     return opt
 
 

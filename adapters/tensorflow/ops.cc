@@ -1,12 +1,10 @@
 // Copyright horovod_cpp authors. Registration of the TensorFlow ops and their shape functions.
 //
-// Every op carries `tensor_name` (the name the ranks match the collective by; empty: the
-// runtime numbers calls of that op in call order, which is what eager mode uses),
-// `name_from_node` (graphs: use the node's name, unique in its graph and the same on every
-// rank, instead of tensor_name) and
-// `process_set_id` (0: every rank). Gradients are registered in Python
-// (horovod_cpp/tensorflow/mpi_ops.py). CPU kernels: kernels.cc; a GPU kernel can be registered
-// for the same ops on the same runtime path.
+// Every collective carries the naming attributes and the reducing ones the reduction
+// attributes, both declared in attrs.h (which the kernels read them through). Gradients are
+// registered in Python (horovod_cpp/tensorflow/mpi_ops.py). CPU kernels: kernels.cc; a GPU
+// kernel can be registered for the same ops on the same runtime path.
+#include "attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -38,12 +36,8 @@ absl::Status first_dim_unknown(InferenceContext* c) {
 
 REGISTER_OP("HorovodCppAllreduce")
     .Attr("T: " HVD_TF_TYPES)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("name_from_node: bool = false")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_REDUCE_ATTRS
+    HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
@@ -53,12 +47,8 @@ REGISTER_OP("HorovodCppAllreduce")
 REGISTER_OP("HorovodCppGroupedAllreduce")
     .Attr("T: " HVD_TF_TYPES)
     .Attr("N: int >= 1")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("name_from_node: bool = false")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_REDUCE_ATTRS
+    HVD_TF_NAMING_ATTRS
     .Input("tensors: N * T")
     .Output("outputs: N * T")
     .SetShapeFn([](InferenceContext* c) {
@@ -69,9 +59,7 @@ REGISTER_OP("HorovodCppGroupedAllreduce")
 
 REGISTER_OP("HorovodCppAllgather")
     .Attr("T: " HVD_TF_TYPES)
-    .Attr("tensor_name: string = ''")
-    .Attr("name_from_node: bool = false")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(first_dim_unknown)
@@ -80,9 +68,7 @@ REGISTER_OP("HorovodCppAllgather")
 REGISTER_OP("HorovodCppBroadcast")
     .Attr("T: " HVD_TF_TYPES)
     .Attr("root_rank: int")
-    .Attr("tensor_name: string = ''")
-    .Attr("name_from_node: bool = false")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
@@ -91,9 +77,7 @@ REGISTER_OP("HorovodCppBroadcast")
 REGISTER_OP("HorovodCppAlltoall")
     .Attr("T: " HVD_TF_TYPES)
     .Attr("Tsplits: {int32, int64} = DT_INT32")
-    .Attr("tensor_name: string = ''")
-    .Attr("name_from_node: bool = false")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
     .Input("splits: Tsplits")
     .Output("output: T")
@@ -108,12 +92,8 @@ REGISTER_OP("HorovodCppAlltoall")
 
 REGISTER_OP("HorovodCppReducescatter")
     .Attr("T: " HVD_TF_TYPES)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("name_from_node: bool = false")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_REDUCE_ATTRS
+    HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(first_dim_unknown)
@@ -127,7 +107,7 @@ REGISTER_OP("HorovodCppJoin")
     .Doc("This rank has no more steps; returns the last rank to join once every rank has.");
 
 REGISTER_OP("HorovodCppBarrier")
-    .Attr("process_set_id: int = 0")
+    HVD_TF_PROCESS_SET_ATTR
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Completes once every rank of the process set has reached it.");

@@ -11,6 +11,7 @@
 
 #include <horovod_cpp/horovod_cpp.h>
 
+#include "attrs.h"
 #include "completion.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -107,18 +108,14 @@ absl::Status in_place_output(OpKernelContext* ctx, int index, Tensor** out) {
 class CollectiveKernel : public AsyncOpKernel {
  public:
   explicit CollectiveKernel(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("tensor_name", &name_));
-    bool from_node = false;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("name_from_node", &from_node));
-    // In a graph the node's name is unique and the same on every rank.
-    if (from_node) name_ = name();
+    Naming naming;
+    OP_REQUIRES_OK(ctx, read_naming(ctx, name(), &naming));
+    name_ = std::move(naming.name);
+    set_ = naming.set;
     // Eager ops (the only ones not named by their node) are run by the calling Python thread,
     // which waits for the result anyway: it waits on the handle itself, saving the hand-off to
     // the completion thread and back.
-    inline_wait_ = !from_node;
-    int64_t set = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set_id", &set));
-    set_.id = static_cast<int>(set);
+    inline_wait_ = !naming.from_node;
   }
 
  protected:
@@ -171,21 +168,25 @@ class CollectiveKernel : public AsyncOpKernel {
   bool inline_wait_ = false;
 };
 
+// A collective that reduces: its options (of type Options) read once, at construction.
+template <typename Options>
+class ReducingKernel : public CollectiveKernel {
+ public:
+  explicit ReducingKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
+    Reduction r;
+    OP_REQUIRES_OK(ctx, read_reduction(ctx, &r));
+    options_ = r.options<Options>(set_);
+  }
+
+ protected:
+  Options options_;
+};
+
 
 // ---- allreduce ---------------------------------------------------------------------------
-class AllreduceKernel : public CollectiveKernel {
+class AllreduceKernel : public ReducingKernel<hvd::AllreduceOptions> {
  public:
-  explicit AllreduceKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
-    int64_t op = 1;
-    float pre = 1.f, post = 1.f;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &op));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("prescale_factor", &pre));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("postscale_factor", &post));
-    options_.op = static_cast<hvd::ReduceOp>(op);
-    options_.prescale_factor = pre;
-    options_.postscale_factor = post;
-    options_.process_set = set_;
-  }
+  using ReducingKernel::ReducingKernel;
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
@@ -202,23 +203,11 @@ class AllreduceKernel : public CollectiveKernel {
     }, ok);
   }
 
- private:
-  hvd::AllreduceOptions options_;
 };
 
-class GroupedAllreduceKernel : public CollectiveKernel {
+class GroupedAllreduceKernel : public ReducingKernel<hvd::AllreduceOptions> {
  public:
-  explicit GroupedAllreduceKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
-    int64_t op = 1;
-    float pre = 1.f, post = 1.f;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &op));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("prescale_factor", &pre));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("postscale_factor", &post));
-    options_.op = static_cast<hvd::ReduceOp>(op);
-    options_.prescale_factor = pre;
-    options_.postscale_factor = post;
-    options_.process_set = set_;
-  }
+  using ReducingKernel::ReducingKernel;
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs();
@@ -237,8 +226,6 @@ class GroupedAllreduceKernel : public CollectiveKernel {
         [&] { return hvd::grouped_allreduce_async(names, views, options_); }, ok);
   }
 
- private:
-  hvd::AllreduceOptions options_;
 };
 
 // ---- allgather, broadcast, alltoall, reducescatter ----------------------------------------
@@ -308,19 +295,9 @@ class AlltoallKernel : public CollectiveKernel {
   }
 };
 
-class ReducescatterKernel : public CollectiveKernel {
+class ReducescatterKernel : public ReducingKernel<hvd::ReducescatterOptions> {
  public:
-  explicit ReducescatterKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
-    int64_t op = 1;
-    float pre = 1.f, post = 1.f;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce_op", &op));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("prescale_factor", &pre));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("postscale_factor", &post));
-    options_.op = static_cast<hvd::ReduceOp>(op);
-    options_.prescale_factor = pre;
-    options_.postscale_factor = post;
-    options_.process_set = set_;
-  }
+  using ReducingKernel::ReducingKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
     hvd::TensorView vin;
@@ -329,8 +306,6 @@ class ReducescatterKernel : public CollectiveKernel {
         [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
   }
 
- private:
-  hvd::ReducescatterOptions options_;
 };
 
 // ---- join and barrier: blocking calls, run off the executor's threads ---------------------
@@ -356,9 +331,7 @@ class JoinKernel : public AsyncOpKernel {
 class BarrierKernel : public AsyncOpKernel {
  public:
   explicit BarrierKernel(OpKernelConstruction* ctx) : AsyncOpKernel(ctx) {
-    int64_t set = 0;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("process_set_id", &set));
-    set_.id = static_cast<int>(set);
+    OP_REQUIRES_OK(ctx, read_process_set(ctx, &set_));
   }
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     run_detached([ctx, set = set_, done = std::move(done)] {
