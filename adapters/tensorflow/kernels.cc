@@ -161,6 +161,17 @@ class CollectiveKernel : public AsyncOpKernel {
     when_done(std::move(h), std::move(on_done));
   }
 
+  // Runs `submit(view of input 0)`, whose result (allocated by the library, of a shape known
+  // only then) becomes output 0.
+  template <typename Submit>
+  void run_into_new_output(OpKernelContext* ctx, DoneCallback done, Submit submit) {
+    const Tensor& in = ctx->input(0);
+    hvd::TensorView vin;
+    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
+    run(ctx, std::move(done), {in}, [&] { return submit(vin); },
+        [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
+  }
+
   static absl::Status ok(const hvd::Handle&) { return absl::OkStatus(); }
 
   std::string name_;
@@ -181,7 +192,6 @@ class ReducingKernel : public CollectiveKernel {
  protected:
   Options options_;
 };
-
 
 // ---- allreduce ---------------------------------------------------------------------------
 class AllreduceKernel : public ReducingKernel<hvd::AllreduceOptions> {
@@ -233,11 +243,9 @@ class AllgatherKernel : public CollectiveKernel {
  public:
   using CollectiveKernel::CollectiveKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Tensor& in = ctx->input(0);
-    hvd::TensorView vin;
-    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
-    run(ctx, std::move(done), {in}, [&] { return hvd::allgather_async(name_, vin, set_); },
-        [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
+    run_into_new_output(ctx, std::move(done), [this](const hvd::TensorView& v) {
+      return hvd::allgather_async(name_, v, set_);
+    });
   }
 };
 
@@ -299,13 +307,10 @@ class ReducescatterKernel : public ReducingKernel<hvd::ReducescatterOptions> {
  public:
   using ReducingKernel::ReducingKernel;
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Tensor& in = ctx->input(0);
-    hvd::TensorView vin;
-    OP_REQUIRES_OK_ASYNC(ctx, view_of(in, &vin), done);
-    run(ctx, std::move(done), {in}, [&] { return hvd::reducescatter_async(name_, vin, options_); },
-        [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
+    run_into_new_output(ctx, std::move(done), [this](const hvd::TensorView& v) {
+      return hvd::reducescatter_async(name_, v, options_);
+    });
   }
-
 };
 
 // ---- join and barrier: blocking calls, run off the executor's threads ---------------------

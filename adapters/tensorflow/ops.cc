@@ -34,6 +34,8 @@ absl::Status first_dim_unknown(InferenceContext* c) {
 
 }  // namespace
 
+// The attribute macros of attrs.h continue the builder chains.
+// clang-format off
 REGISTER_OP("HorovodCppAllreduce")
     .Attr("T: " HVD_TF_TYPES)
     HVD_TF_REDUCE_ATTRS
@@ -111,5 +113,7 @@ REGISTER_OP("HorovodCppBarrier")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Completes once every rank of the process set has reached it.");
+
+// clang-format on
 
 }  // namespace hvd_tf
