@@ -154,11 +154,10 @@ PyObject* allreduce_async(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         out = view_of(output, true, "allreduce output");
       }
     }
-    if (in_place) out = in;
     hvd::Handle h;
     {
       py::gil_scoped_release nogil;
-      h = hvd::allreduce_async(name, in, out, options);
+      h = hvd::allreduce_async(name, in, in_place ? in : out, options);
     }
     py::object given = py::reinterpret_borrow<py::object>(in_place ? tensor : output);
     if (!torch) {
