@@ -21,13 +21,13 @@ namespace {
 /// The Python rules the uncommon arguments go through (references never released: they
 /// outlive the module).
 struct Rules {
-  PyObject* global_set = nullptr;    ///< horovod_cpp's global_process_set object
-  PyObject* set_id = nullptr;        ///< _set_id(process_set) -> int, or its error
-  PyObject* op_value = nullptr;      ///< _op_value(op) -> int 0-4, or its error
-  PyObject* average_rule = nullptr;  ///< handle_average_backwards_compatibility(op, average)
+  PyObject* global_set = nullptr;       ///< horovod_cpp's global_process_set object
+  PyObject* set_id = nullptr;           ///< _set_id(process_set) -> int, or its error
+  PyObject* op_value = nullptr;         ///< _op_value(op) -> int 0-4, or its error
+  PyObject* average_rule = nullptr;     ///< handle_average_backwards_compatibility(op, average)
   PyTypeObject* tensor_type = nullptr;  ///< torch.Tensor (subclasses match), once imported
-  PyObject* check_tensor = nullptr;  ///< horovod_cpp.torch's _check_tensor(tensor)
-  PyObject* copy_back = nullptr;     ///< copy_back(tensor, buf) -> finish(native) -> tensor
+  PyObject* check_tensor = nullptr;     ///< horovod_cpp.torch's _check_tensor(tensor)
+  PyObject* copy_back = nullptr;        ///< copy_back(tensor, buf) -> finish(native) -> tensor
 };
 
 Rules& rules() {
@@ -133,12 +133,12 @@ PyObject* allreduce_async(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       op = op_holder.ptr();
     }
     hvd::AllreduceOptions options;
-    options.process_set = process_set_of(
-        process_set == r.global_set || process_set == Py_None
-            ? 0
-            : call(r.set_id, "the process set rule", {process_set}).cast<int>());
-    options.op = reduce_op_from_int(torch && op == Py_None ? static_cast<int>(hvd::ReduceOp::kAverage)
-                                                           : op_value(op));
+    options.process_set =
+        process_set_of(process_set == r.global_set || process_set == Py_None
+                           ? 0
+                           : call(r.set_id, "the process set rule", {process_set}).cast<int>());
+    options.op = reduce_op_from_int(
+        torch && op == Py_None ? static_cast<int>(hvd::ReduceOp::kAverage) : op_value(op));
     const std::string name = name_of(args[2]);
     options.prescale_factor = scale_factor(args[4]);
     options.postscale_factor = scale_factor(args[5]);
