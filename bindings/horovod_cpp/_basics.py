@@ -5,6 +5,7 @@ native module ``horovod_cpp._C``, a thin pybind11 layer over the C++ API.
 """
 
 import ctypes
+import warnings
 
 # The shared libstdc++ in the process's global scope before the native module loads: a
 # libhorovod_cpp built by a toolchain that linked a static libstdc++ into it would otherwise
@@ -64,9 +65,30 @@ def _reducescatter_op(op):
     return opv
 
 
+def handle_average_backwards_compatibility(op, average):
+    """Horovod's rule for the deprecated `average` argument of horovod.torch and
+    horovod.tensorflow: `op` wins, both given is an error, `average` alone maps to Average or
+    Sum with a DeprecationWarning, neither gives Average."""
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one of "
+                             "them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
+                      "v1.0", DeprecationWarning)
+        return Average if average else Sum
+    return Average
+
+
 def _name(name):
     """Empty names are replaced by the core with '<op>.noname.<n>' (call order)."""
     return "" if name is None else str(name)
+
+
+def _group_names(name, n):
+    """The names of a grouped collective's n tensors: "<name>.<i>", or all empty."""
+    return [""] * n if name is None else [f"{name}.{i}" for i in range(n)]
 
 
 # ---- lifecycle ---------------------------------------------------------------------------
@@ -108,9 +130,7 @@ def init(comm=None, process_sets=None):
     _check_distinct([ps.ranks for ps in sets])
     _C.init(fortran, [list(ps.ranks) for ps in sets])
     _registry.clear()
-    from . import _objects
-    _objects._allgather_object_calls.clear()  # the core's counters start afresh too
-    _objects._broadcast_object_calls.clear()
+    _object_calls.clear()  # the core's counters start afresh too
     global_process_set.ranks = list(range(_C.size()))
     _registry[0] = global_process_set
     for i, ps in enumerate(sets, start=1):
@@ -283,6 +303,25 @@ global_process_set.process_set_id = 0
 # id -> registered ProcessSet (this rank's view; every rank registers the same sets).
 _registry = {}
 
+# (set id, kind) -> how many unnamed object calls of that kind ("broadcast_object",
+# "allgather_object") completed their first exchange in the set: they name the next one, so
+# they live and die with the set's registration (init() and remove_process_set() reset them).
+_object_calls = {}
+
+
+def _object_call_name(kind, name, sid):
+    """(the base name of an object call, the counter key to advance once its first exchange
+    completed, or None for a named call)."""
+    if name is not None:
+        return str(name), None
+    key = (sid, kind)
+    return f"{kind}.{_object_calls.get(key, 0)}", key
+
+
+def _object_call_done(key):
+    if key is not None:
+        _object_calls[key] = _object_calls.get(key, 0) + 1
+
 
 def _check_distinct(rank_lists, existing=()):
     seen = [tuple(r) for r in existing]
@@ -339,9 +378,12 @@ def remove_process_set(process_set):
             or process_set.process_set_id == 0):
         return False
     _C.remove_process_set(process_set.process_set_id)
-    from . import _objects
-    _objects._allgather_object_calls.pop(process_set.process_set_id, None)
-    _objects._broadcast_object_calls.pop(process_set.process_set_id, None)
+    for key in [k for k in _object_calls if k[0] == process_set.process_set_id]:
+        del _object_calls[key]
     _registry.pop(process_set.process_set_id, None)
     process_set._invalidate()
     return True
+
+
+# The rules the native allreduce_async applies to arguments it does not read itself.
+_C.allreduce_setup(global_process_set, _set_id, _op_value, handle_average_backwards_compatibility)

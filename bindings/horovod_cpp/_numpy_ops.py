@@ -9,7 +9,7 @@ and returns the result.
 import numpy as np
 
 from . import _C
-from ._basics import (Average, Sum, _name, _op_value, _reducescatter_op, _set_id,
+from ._basics import (Average, _group_names, _name, _op_value, _reducescatter_op, _set_id,
                       global_process_set)
 
 Handle = _C.Handle
@@ -44,19 +44,16 @@ def synchronize(handle, timeout=None):
 def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Reduces `tensor` across ranks into a new array. Returns a Handle."""
-    sid = _set_id(process_set)
     x = _as_input(tensor)
-    out = np.empty_like(x)
-    return _C.allreduce_async(x, out, _name(name), _op_value(op), float(prescale_factor),
-                              float(postscale_factor), sid)
+    return _C.allreduce_async(x, np.empty_like(x), name, op, prescale_factor, postscale_factor,
+                              process_set, None, False)
 
 
 def allreduce_async_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """Reduces `tensor` across ranks in place. Returns a Handle."""
-    sid = _set_id(process_set)
-    return _C.allreduce_async(_writable(tensor), None, _name(name), _op_value(op),
-                              float(prescale_factor), float(postscale_factor), sid)
+    return _C.allreduce_async(_writable(tensor), None, name, op, prescale_factor,
+                              postscale_factor, process_set, None, False)
 
 
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -71,10 +68,6 @@ def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fac
     """Reduces `tensor` in place and returns it."""
     return synchronize(allreduce_async_(tensor, op, name, prescale_factor, postscale_factor,
                                         process_set))
-
-
-def _group_names(name, n):
-    return [""] * n if name is None else [f"{name}.{i}" for i in range(n)]
 
 
 def grouped_allreduce_async_(tensors, op=Average, name=None, prescale_factor=1.0,

@@ -5,11 +5,7 @@ import pickle
 import numpy as np
 
 from . import _C
-from ._basics import _set_id, global_process_set, rank
-
-
-# Per process set: how many unnamed broadcast_object calls completed their size broadcast.
-_broadcast_object_calls = {}
+from ._basics import _object_call_done, _object_call_name, _set_id, global_process_set, rank
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
@@ -25,22 +21,13 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     else:
         payload = None
         length = np.zeros(1, dtype=np.int64)
-    if name is None:
-        n = _broadcast_object_calls.get(sid, 0)
-        base = f"broadcast_object.{n}"
-    else:
-        base = str(name)
+    base, counter = _object_call_name("broadcast_object", name, sid)
     _C.broadcast_async(length, root_rank, f"{base}.size", sid).wait()
-    if name is None:
-        _broadcast_object_calls[sid] = n + 1
+    _object_call_done(counter)
     if payload is None:
         payload = np.empty(int(length[0]), dtype=np.uint8)
     _C.broadcast_async(payload, root_rank, f"{base}.data", sid).wait()
     return pickle.loads(payload.tobytes())
-
-
-# Per process set: how many unnamed allgather_object calls completed their size exchange.
-_allgather_object_calls = {}
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -52,14 +39,9 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     rank had joined) does not shift the numbering."""
     sid = _set_id(process_set)
     payload = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
-    if name is None:
-        n = _allgather_object_calls.get(sid, 0)
-        base = f"allgather_object.{n}"
-    else:
-        base = str(name)
+    base, counter = _object_call_name("allgather_object", name, sid)
     sizes = _C.allgather_async(np.array([payload.size], dtype=np.int64), f"{base}.sizes", sid).result()
-    if name is None:
-        _allgather_object_calls[sid] = n + 1
+    _object_call_done(counter)
     data = _C.allgather_async(payload, f"{base}.data", sid).result()
     out, offset = [], 0
     for n in sizes.tolist():

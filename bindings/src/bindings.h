@@ -26,10 +26,10 @@ void register_handles(py::module_& m);
 void register_collectives(py::module_& m);
 void register_process_sets(py::module_& m);
 void register_handle_table(py::module_& m);
-void register_torch_fast(py::module_& m);
+void register_allreduce(py::module_& m);
 
 // ---- errors.cc ---------------------------------------------------------------------------
-/// For plain CPython functions (torch_fast.cc, handle_table.cc), called inside a catch block:
+/// For plain CPython functions (allreduce.cc, handle_table.cc), called inside a catch block:
 /// sets the Python error of the exception being handled exactly as a pybind11 function would
 /// (hvd::Error by its code, py::error_already_set restored) and returns nullptr.
 PyObject* raise_current_exception();
@@ -52,15 +52,9 @@ inline void add_raw_function(py::module_& m, PyMethodDef* def) {
 /// or unsupported-dtype buffer, TypeError for an object that is neither.
 hvd::TensorView view_of(py::handle obj, bool writable, const char* role);
 
-/// The per-call fast path of horovod_cpp.torch: a view of the CPU torch tensor `t` read with
-/// six interned attribute lookups and a cached dtype table. Returns false, viewing nothing,
-/// when `t` is a dense CPU tensor that is not contiguous (the caller copies it first). Any
-/// other case (another device, sparse, unsupported dtype) goes through view_of() and raises
-/// its errors, naming `role`.
-bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v);
-
-/// The view of `t` when it is a dense, contiguous CPU torch tensor of a supported dtype (the
-/// reads of torch_fast_view); false, viewing nothing and raising nothing, for any other tensor.
+/// The per-call view of horovod_cpp.torch: `t` read with six interned attribute lookups and a
+/// cached dtype table when it is a dense, contiguous CPU torch tensor of a supported dtype;
+/// false, viewing nothing and raising nothing, for any other tensor (view_of() then decides).
 bool torch_plain_view(py::handle t, hvd::TensorView* v);
 
 /// A numpy array sharing the storage of `t` (kept alive by the array). bfloat16, which numpy
@@ -121,9 +115,12 @@ class PyHandle {
 };
 
 // ---- handle_table.cc ----------------------------------------------------------------------
-/// Stores an operation submitted by the fast path in the table of integer handles of
+/// Stores an operation submitted by allreduce_async in the table of integer handles of
 /// horovod_cpp.torch and returns its id: `keep` stays alive until it completes, `result` is
 /// what synchronize() returns.
 long long add_fast_handle(hvd::Handle handle, py::object keep, py::object result);
+
+/// Stores a Handle object and finish(handle) -> output in the same table; returns the id.
+long long add_registered_handle(py::object native, py::object finish);
 
 }  // namespace hvdpy

@@ -35,21 +35,6 @@ void view_list(py::list tensors, bool writable, const char* role,
   }
 }
 
-PyHandle allreduce_async(py::object input, py::object output, const std::string& name, int op,
-                         double prescale, double postscale, int set) {
-  const bool in_place = output.is_none();
-  hvd::TensorView in = view_of(input, in_place, "allreduce input");
-  hvd::TensorView out = in_place ? in : view_of(output, true, "allreduce output");
-  const auto options = allreduce_options(op, prescale, postscale, set);
-  hvd::Handle h;
-  {
-    py::gil_scoped_release nogil;
-    h = hvd::allreduce_async(name, in, out, options);
-  }
-  py::object result = in_place ? input : output;
-  return PyHandle(std::move(h), {input, output}, result, ResultKind::kGiven);
-}
-
 PyHandle grouped_allreduce_async(py::list tensors, std::vector<std::string> names, int op,
                                  double prescale, double postscale, int set) {
   std::vector<hvd::TensorView> views;
@@ -133,46 +118,11 @@ PyHandle grouped_reducescatter_async(py::list tensors, std::vector<std::string> 
   return PyHandle(std::move(h), std::move(keep), py::none(), ResultKind::kLibraryList);
 }
 
-/// horovod_cpp.torch's allreduce submission in one call: views `input` (and `output`; None:
-/// in place) through torch_fast_view, submits, and returns an integer handle of the table
-/// (handle_table.cc) whose synchronize() gives the output (in place: `input`). Returns 0,
-/// submitting nothing, when a tensor is dense but not contiguous: the caller copies it.
-long long torch_allreduce_async(py::handle input, py::handle output, const std::string& name,
-                                int op, double prescale, double postscale, int set) {
-  const bool in_place = output.is_none();
-  hvd::TensorView in;
-  if (!torch_fast_view(input, "allreduce input", &in)) return 0;
-  hvd::TensorView out;
-  if (in_place) {
-    out = in;
-  } else if (!torch_fast_view(output, "allreduce output", &out)) {
-    return 0;
-  }
-  const auto options = allreduce_options(op, prescale, postscale, set);
-  hvd::Handle h;
-  {
-    py::gil_scoped_release nogil;
-    h = hvd::allreduce_async(name, in, out, options);
-  }
-  py::object result = py::reinterpret_borrow<py::object>(in_place ? input : output);
-  return add_fast_handle(std::move(h), py::reinterpret_borrow<py::object>(input),
-                         std::move(result));
-}
-
 constexpr int kAverage = static_cast<int>(hvd::ReduceOp::kAverage);
 
 }  // namespace
 
 void register_collectives(py::module_& m) {
-  m.def("allreduce_async", &allreduce_async, py::arg("input"), py::arg("output") = py::none(),
-        py::arg("name") = "", py::arg("op") = kAverage, py::arg("prescale_factor") = 1.0,
-        py::arg("postscale_factor") = 1.0, py::arg("process_set") = 0,
-        "Reduces `input` across ranks into `output` (None: in place). Zero-copy.");
-  m.def("torch_allreduce_async", &torch_allreduce_async, py::arg("input"), py::arg("output"),
-        py::arg("name"), py::arg("op"), py::arg("prescale_factor"), py::arg("postscale_factor"),
-        py::arg("process_set"),
-        "horovod_cpp.torch's per-call path: submits an allreduce of torch tensors and returns "
-        "an integer handle (0: a tensor is not contiguous, nothing submitted).");
   m.def("grouped_allreduce_async", &grouped_allreduce_async, py::arg("tensors"),
         py::arg("names"), py::arg("op") = kAverage, py::arg("prescale_factor") = 1.0,
         py::arg("postscale_factor") = 1.0, py::arg("process_set") = 0,

@@ -191,14 +191,13 @@ long long add_fast_handle(hvd::Handle handle, py::object keep, py::object result
                              py::none()});
 }
 
+long long add_registered_handle(py::object native, py::object finish) {
+  return table().add(
+      Pending{hvd::Handle(), py::none(), py::none(), std::move(native), std::move(finish)});
+}
+
 void register_handle_table(py::module_& m) {
-  m.def(
-      "torch_handle_register",
-      [](py::object native, py::object finish) {
-        return table().add(Pending{hvd::Handle(), py::none(), py::none(), std::move(native),
-                                   std::move(finish)});
-      },
-      py::arg("native"), py::arg("finish"),
+  m.def("torch_handle_register", &add_registered_handle, py::arg("native"), py::arg("finish"),
       "Stores a Handle and finish(handle) -> output; returns the new integer handle.");
   add_raw_function(m, &g_synchronize);
   m.def("torch_handle_synchronize_all", &synchronize_all, py::arg("handles"),

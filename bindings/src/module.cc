@@ -10,5 +10,5 @@ PYBIND11_MODULE(_C, m) {
   hvdpy::register_collectives(m);
   hvdpy::register_process_sets(m);
   hvdpy::register_handle_table(m);
-  hvdpy::register_torch_fast(m);
+  hvdpy::register_allreduce(m);
 }

@@ -150,21 +150,9 @@ py::object call_method0(py::handle obj, PyObject* name) {
       PyObject_VectorcallMethod(name, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
 }
 
-/// torch.dtype object -> DataType. torch's dtype objects are singletons, so a handful of
-/// pointers (each kept referenced) answer every call; a miss goes through torch_dtype() and
-/// its error message.
-hvd::DataType cached_torch_dtype(py::handle dtype, const char* role) {
-  static auto* cache = new std::vector<std::pair<PyObject*, hvd::DataType>>();
-  for (const auto& entry : *cache) {
-    if (entry.first == dtype.ptr()) return entry.second;
-  }
-  const hvd::DataType dt = torch_dtype(py::str(dtype).cast<std::string>(), role);
-  cache->emplace_back(dtype.inc_ref().ptr(), dt);
-  return dt;
-}
-
-/// As cached_torch_dtype, but false instead of an error for an unsupported dtype (not cached:
-/// such tensors take the general path, which raises).
+/// torch.dtype object -> DataType, false for an unsupported dtype (not cached: such tensors go
+/// through view_of(), which raises). torch's dtype objects are singletons, so a handful of
+/// pointers (each kept referenced) answer every call.
 bool lookup_torch_dtype(py::handle dtype, hvd::DataType* out) {
   static auto* cache = new std::vector<std::pair<PyObject*, hvd::DataType>>();
   for (const auto& entry : *cache) {
@@ -224,7 +212,7 @@ hvd::TensorView view_of(py::handle obj, bool writable, const char* role) {
 }
 
 namespace {
-// The data pointer and shape of a dense, contiguous CPU tensor (both fast views end here).
+// The data pointer and shape of a dense, contiguous CPU tensor.
 void read_cpu_contiguous(py::handle t, const TorchNames& n, hvd::TensorView* v) {
   py::object ptr = call_method0(t, n.data_ptr);
   v->data = PyLong_AsVoidPtr(ptr.ptr());
@@ -234,18 +222,6 @@ void read_cpu_contiguous(py::handle t, const TorchNames& n, hvd::TensorView* v) 
   v->device = hvd::Device::cpu();
 }
 }  // namespace
-
-bool torch_fast_view(py::handle t, const char* role, hvd::TensorView* v) {
-  const TorchNames& n = torch_names();
-  if (attr_of(t, n.is_cpu).ptr() != Py_True || attr_of(t, n.is_sparse).ptr() != Py_False) {
-    *v = view_of(t, true, role);  // another device, or sparse: the general path and its errors
-    return true;
-  }
-  if (call_method0(t, n.is_contiguous).ptr() != Py_True) return false;
-  v->dtype = cached_torch_dtype(attr_of(t, n.dtype), role);
-  read_cpu_contiguous(t, n, v);
-  return true;
-}
 
 bool torch_plain_view(py::handle t, hvd::TensorView* v) {
   const TorchNames& n = torch_names();

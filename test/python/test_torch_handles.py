@@ -1,6 +1,7 @@
 """horovod_cpp.torch's integer handles and per-call allreduce path: many tiny tensors,
 synchronize_all over every kind of handle, failures, and the errors of the fast path."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,31 +137,51 @@ def test_fast_path_scalars_views_and_requires_grad(rank, size):
     torch.testing.assert_close(leaf.detach(), rank_floats(rank, (4,), seed=71))
 
 
-def test_one_call_fast_path_declines_without_submitting(rank, size):
-    fast = _C.torch_allreduce_async_fast
+def test_one_native_call_for_every_argument_form(rank, size):
+    """_C.allreduce_async is the only native entry of an allreduce: it raises horovod.torch's
+    errors for bad arguments having submitted nothing, and reduces every accepted form."""
+    native = _C.allreduce_async
     x = torch.ones(3)
     g = hvd.global_process_set
     before = _C.torch_handle_count()
-    declined = [
-        (torch.ones(4, 4).t(), None, "n", None, 1.0, 1.0, g),  # not contiguous
-        (x, True, "n", None, 1.0, 1.0, g),  # the deprecated average argument
-        (x, None, "n", True, 1.0, 1.0, g),  # a bool op: horovod.torch's rule decides
-        (x, None, "n", 17, 1.0, 1.0, g),  # unknown op: the general path raises
-        (x, None, 5, None, 1.0, 1.0, g),  # a name that is not a str
-        (x, None, "n", None, torch.tensor(2.0), 1.0, g),  # a scale that is not a float/int
-        (x, None, "n", None, 1.0, 2 ** 2000, g),  # an int too large for a double
-        (x, None, "n", None, 1.0, 1.0, None),  # process_set=None (the global set, by rule)
-        ([1.0], None, "n", None, 1.0, 1.0, g),  # not a tensor
-        (torch.zeros(2, dtype=torch.complex64), None, "n", None, 1.0, 1.0, g),
-        (torch.empty(2, device="meta"), None, "n", None, 1.0, 1.0, g),
+    refused = [
+        ((x, None, "n", 17, 1.0, 1.0, g, None), ValueError, "unknown reduction op"),
+        ((x, None, "n", hvd.Adasum, 1.0, 1.0, g, None), NotImplementedError, "Adasum"),
+        ((x, None, "n", hvd.Sum, 1.0, 1.0, g, True), ValueError, "supersedes average"),
+        ((x, None, "n", None, "two", 1.0, g, None), ValueError, "could not convert"),
+        ((x, None, "n", None, 1.0, 2 ** 2000, g, None), OverflowError, "too large"),
+        ((x, None, "n", None, 1.0, 1.0, hvd.ProcessSet([0]), None), ValueError, "not registered"),
+        ((x, None, "n", None, 1.0, 1.0, "set", None), TypeError, "ProcessSet"),
+        (([1.0], None, "n", None, 1.0, 1.0, g, None), TypeError, "must be a torch.Tensor, got list"),
+        ((x.numpy(), None, "n", None, 1.0, 1.0, g, None), TypeError, "got ndarray"),
+        ((torch.zeros(2, dtype=torch.complex64), None, "n", None, 1.0, 1.0, g, None), ValueError,
+         "allreduce input: unsupported torch dtype torch.complex64"),
+        ((torch.empty(2, device="meta"), None, "n", None, 1.0, 1.0, g, None), NotImplementedError,
+         "on device 'meta'"),
     ]
-    for args in declined:
-        assert fast(*args) == 0
+    for args, error, match in refused:
+        with pytest.raises(error, match=match):
+            native(*args, True)
     assert _C.torch_handle_count() == before
-    with pytest.raises(TypeError, match="takes 7 arguments"):
-        fast(x)
-    h = fast(x, None, "t.fast.direct", hvd.Sum, 1, 1.0, g)
+    with pytest.raises(TypeError, match="takes 9 arguments"):
+        native(x)
+    h = native(x, None, "t.native.direct", hvd.Sum, 1, 1.0, g, None, True)
     assert h > 0 and hvd.synchronize(h) is x and x.tolist() == [float(size)] * 3
+    # Forms that go through the package's rules: each is reduced by the same one call.
+    t = torch.ones(4, 4).t()  # not contiguous: reduced in a copy, copied back
+    assert hvd.synchronize(native(t, None, "t.native.nc", hvd.Sum, 1.0, 1.0, g, None, True)) is t
+    assert t.tolist() == [[float(size)] * 4] * 4
+    y = torch.ones(3)
+    with pytest.warns(DeprecationWarning, match="replaced with `op`"):
+        h = native(y, None, "t.native.avg", None, 1.0, 1.0, g, False, True)
+    assert hvd.synchronize(h) is y and y.tolist() == [float(size)] * 3
+    y = torch.ones(3)  # a bool op (True == Average), a name str()ed, a tensor scale, set None
+    h = native(y, None, 5, True, torch.tensor(2.0), 1, None, None, True)
+    assert hvd.synchronize(h) is y and y.tolist() == [2.0] * 3
+    a = np.ones(3, dtype=np.float32)  # numpy's form of the same entry: a Handle object
+    assert native(a, None, "t.native.np", hvd.Sum, 1.0, 1.0, g, None, False).result() is a
+    assert a.tolist() == [float(size)] * 3
+    assert _C.torch_handle_count() == before
 
 
 def test_general_path_arguments_give_the_same_results(rank, size):

@@ -1,29 +1,14 @@
 """allreduce with compression and IndexedSlices, grouped_allreduce, reducescatter, and the
 variable and object broadcasts of horovod.tensorflow."""
 
-import warnings
-
 import tensorflow as tf
 
 from .. import _objects
-from .._basics import Adasum, Average, Sum, global_process_set, rank
+from .._basics import (Adasum, Average, Sum, global_process_set,
+                       handle_average_backwards_compatibility, rank)
 from .compression import Compression
 from .mpi_ops import (_allreduce, _executing_eagerly, _grouped_allreduce, _normalize_name,
                       _reducescatter, _set_size_of, allgather, broadcast)
-
-
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's rule for the deprecated `average` argument."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of "
-                             "them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
-                      "v1.0", DeprecationWarning)
-        return Average if average else Sum
-    return Average
 
 
 def _sparse_allreduce(slices, op, prescale_factor, postscale_factor, name, process_set):

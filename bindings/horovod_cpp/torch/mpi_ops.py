@@ -2,37 +2,28 @@
 
 Tensors are handed to the library without copying (their data_ptr()); handles are integers,
 as in Horovod: poll(handle) never blocks, synchronize(handle) waits with the GIL released and
-returns the output tensor. The handles live in a table of the native module: an allreduce of
-a contiguous tensor is submitted by one native call (_C.torch_allreduce_async) that reads the
-tensor and stores the operation there; the other collectives register a Handle object and the
-function that turns it into their output.
+returns the output tensor. The handles live in a table of the native module: an allreduce is
+one native call (_C.allreduce_async, the same entry as numpy's) that reads the arguments and
+the tensor and stores the operation there; the other collectives register a Handle object and
+the function that turns it into their output.
 """
 
-import warnings
-
-import numpy as np
 import torch
 import torch.utils.dlpack
 
 from .. import _C
-from .._basics import (_OPS, Adasum, Average, HorovodInternalError, Max, Min, Product, Sum,
-                       _name, _op_value, _reducescatter_op, _set_id, _set_rank, _set_size,
-                       global_process_set, rank, size)
+from .._basics import (Average, Sum, _group_names, _name, _op_value, _reducescatter_op, _set_id, _set_rank,
+                       _set_size, global_process_set, handle_average_backwards_compatibility,
+                       rank)
 from .compression import Compression
-
-# The valid reduction ops and their integer values (Adasum and unknown ops are not here, so
-# that _op_value raises its errors for them).
-_OP_VALUES = {op: int(op) for op in _OPS}
 
 _register = _C.torch_handle_register  # (native Handle, finish(native) -> output) -> handle
 _synchronize = _C.torch_handle_synchronize
 _synchronize_all = _C.torch_handle_synchronize_all
 _poll = _C.torch_handle_poll
-_torch_allreduce_async = _C.torch_allreduce_async
-# allreduce_async_'s plain case in one native call (bindings/src/torch_fast.cc): returns the
-# handle, or 0 having done nothing when the arguments need the general path below.
-_allreduce_async_fast = _C.torch_allreduce_async_fast
-_C.torch_fast_setup(torch.Tensor, global_process_set)
+# allreduce_async(tensor, output, name, op, prescale, postscale, process_set, average, True):
+# the one native call of an allreduce (bindings/src/allreduce.cc); returns the integer handle.
+_allreduce = _C.allreduce_async
 
 
 def _check_tensor(tensor, what="tensor"):
@@ -45,22 +36,27 @@ def _check_tensor(tensor, what="tensor"):
                                   "only CPU and CUDA tensors are supported")
 
 
-def handle_average_backwards_compatibility(op, average):
-    """Horovod's rule for the deprecated `average` argument."""
-    if op is not None:
-        if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of "
-                             "them.")
-        return op
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed in "
-                      "v1.0", DeprecationWarning)
-        return Average if average else Sum
-    return Average
+def _checked_group(tensors):
+    """The tensors of a grouped collective as a list, each checked by _check_tensor."""
+    tensors = list(tensors)
+    for t in tensors:
+        _check_tensor(t, "every tensor of the group")
+    return tensors
 
 
 def _contiguous_input(tensor):
     return tensor.detach().contiguous()
+
+
+def _copy_back(tensor, buf):
+    """finish(native) for an in-place operation run in `buf`, a contiguous copy of `tensor`:
+    copies the result back and returns `tensor`."""
+    def finish(native=None):
+        with torch.no_grad():
+            tensor.copy_(buf)
+        return tensor
+
+    return finish
 
 
 def _in_place_target(tensor):
@@ -68,13 +64,10 @@ def _in_place_target(tensor):
     if tensor.is_contiguous():
         return tensor.detach(), lambda: tensor
     buf = tensor.detach().contiguous()
+    return buf, _copy_back(tensor, buf)
 
-    def copy_back():
-        with torch.no_grad():
-            tensor.copy_(buf)
-        return tensor
 
-    return buf, copy_back
+_C.allreduce_setup_torch(torch.Tensor, _check_tensor, _copy_back)
 
 
 def poll(handle):
@@ -100,47 +93,21 @@ def synchronize_all(handles):
 
 
 # ---- allreduce ---------------------------------------------------------------------------
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    _check_tensor(tensor)
-    sid = 0 if process_set is global_process_set else _set_id(process_set)
-    opv = _OP_VALUES.get(op)
-    if opv is None:
-        opv = _op_value(op)  # raises for Adasum and unknown ops
-    name = "" if name is None else str(name)
-    pre, post = float(prescale_factor), float(postscale_factor)
-    if output is None:  # in place
-        handle = _torch_allreduce_async(tensor, None, name, opv, pre, post, sid)
-        if handle:
-            return handle
-        buf, done = _in_place_target(tensor)  # not contiguous: reduced in a copy, copied back
-        native = _C.allreduce_async(buf, None, name, opv, pre, post, sid)
-        return _register(native, lambda h: done())
-    handle = _torch_allreduce_async(tensor, output, name, opv, pre, post, sid)
-    if handle:
-        return handle
-    return _torch_allreduce_async(_contiguous_input(tensor), output, name, opv, pre, post, sid)
-
-
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` across ranks into a new tensor; returns a handle."""
     op = handle_average_backwards_compatibility(op, average)
     _check_tensor(tensor)
     output = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    return _allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                      None, True)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` in place; returns a handle."""
-    handle = _allreduce_async_fast(tensor, average, name, op, prescale_factor, postscale_factor,
-                                   process_set)
-    if handle:
-        return handle
-    op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
-                            process_set)
+    return _allreduce(tensor, None, name, op, prescale_factor, postscale_factor, process_set,
+                      average, True)
 
 
 class _HorovodAllreduce(torch.autograd.Function):
@@ -175,25 +142,15 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` in place and returns it (not differentiable)."""
-    handle = _allreduce_async_fast(tensor, average, name, op, prescale_factor, postscale_factor,
-                                   process_set)
-    if not handle:
-        handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                  process_set)
-    return _synchronize(handle)
+    return _synchronize(_allreduce(tensor, None, name, op, prescale_factor, postscale_factor,
+                                   process_set, average, True))
 
 
 # ---- grouped allreduce -------------------------------------------------------------------
-def _group_names(name, n):
-    return [""] * n if name is None else [f"{name}.{i}" for i in range(n)]
-
-
 def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, postscale_factor,
                              process_set):
     sid = _set_id(process_set)
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor(t, "every tensor of the group")
+    tensors = _checked_group(tensors)
     opv = _op_value(op)
     if in_place:
         targets = [_in_place_target(t) for t in tensors]
@@ -247,9 +204,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """Returns the reductions of a list of tensors, negotiated and fused as one unit
     (differentiable)."""
     op = handle_average_backwards_compatibility(op, average)
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor(t, "every tensor of the group")
+    tensors = _checked_group(tensors)
     compressed = [compression.compress(t) for t in tensors]
     reduced = _HorovodGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
                                              process_set, *[c for c, _ in compressed])
@@ -407,9 +362,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts allgathering a list of tensors as one unit; one handle whose synchronize()
     gives the list of outputs."""
     sid = _set_id(process_set)
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor(t, "every tensor of the group")
+    tensors = _checked_group(tensors)
     dtypes = [t.dtype for t in tensors]
     native = _C.grouped_allgather_async([_contiguous_input(t) for t in tensors],
                                         _group_names(name, len(tensors)), sid)
@@ -442,9 +395,7 @@ class _HorovodGroupedAllgather(torch.autograd.Function):
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Returns the allgather of every tensor of the list, negotiated as one unit
     (differentiable)."""
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor(t, "every tensor of the group")
+    tensors = _checked_group(tensors)
     return list(_HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -575,9 +526,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     """Starts reduce-scattering a list of tensors as one unit; one handle whose synchronize()
     gives the list of outputs."""
     sid = _set_id(process_set)
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor(t, "every tensor of the group")
+    tensors = _checked_group(tensors)
     dtypes = [t.dtype for t in tensors]
     native = _C.grouped_reducescatter_async(
         [_contiguous_input(t) for t in tensors], _group_names(name, len(tensors)),
@@ -606,9 +555,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     """Reduce-scatters a list of tensors as one unit (differentiable); returns the list."""
-    tensors = list(tensors)
-    for t in tensors:
-        _check_tensor(t, "every tensor of the group")
+    tensors = _checked_group(tensors)
     compressed = [compression.compress(t) for t in tensors]
     reduced = _HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
                                                  postscale_factor, *[c for c, _ in compressed])
