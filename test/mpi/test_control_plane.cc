@@ -1,5 +1,5 @@
 // Copyright horovod_cpp authors. The negotiation's bit-vector AND through shared memory
-// (backends/shm/shm_control_plane.h) under mpirun: every word of every round against the AND
+// (transport/shm/shm_control_plane.h) under mpirun: every word of every round against the AND
 // each rank computes itself from every rank's seeded words, vectors longer than the segment's
 // buffers (the MPI plane it wraps), a late rank, and the fallback when the ranks are not on
 // one host.
@@ -8,8 +8,8 @@
 
 #include <memory>
 
-#include "backends/mpi/mpi_control_plane.h"
-#include "backends/shm/shm_control_plane.h"
+#include "transport/mpi/mpi_control_plane.h"
+#include "transport/shm/shm_control_plane.h"
 #include "test_util.h"
 
 namespace {

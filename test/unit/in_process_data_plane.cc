@@ -7,7 +7,7 @@
 #include <new>
 #include <thread>
 
-#include "backends/cpu/cpu_ops.h"
+#include "kernels/host/cpu_ops.h"
 
 namespace hvd {
 namespace testing {

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/cpu_transport.h"
-#include "backends/data_plane.h"
-#include "backends/world.h"
+#include "transport/cpu/cpu_transport.h"
+#include "transport/data_plane.h"
+#include "transport/world.h"
 #include "core/process_set.h"
 #include "in_process_control_plane.h"
 
