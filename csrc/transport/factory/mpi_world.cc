@@ -1,10 +1,10 @@
 // Copyright horovod_cpp authors.
 #include "transport/factory/mpi_world.h"
 
+#include "transport/mpi/mpi_bootstrap.h"
 #include "transport/mpi/mpi_control_plane.h"
 #include "transport/factory/transports.h"
 #include "transport/shm/shm_control_plane.h"
-#include "transport/shm/shm_setup.h"
 #include "coordination/controller.h"
 #include "common/fatal.h"
 
@@ -28,23 +28,25 @@ void abort_mpi_job() {
   if (mpi_usable()) MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-// A set's planes and the two communicators they run on (freed after the planes).
+// A set's planes, the Bootstrap its transports were built over (it owns the data
+// communicator) and the control communicator (freed after the planes).
 class MpiSetPlanes : public SetPlanes {
  public:
-  MpiSetPlanes(MPI_Comm data, MPI_Comm control) : data_(data), control_(control) {}
+  MpiSetPlanes(std::unique_ptr<MpiBootstrap> bootstrap, MPI_Comm control)
+      : bootstrap_(std::move(bootstrap)), control_(control) {}
   ~MpiSetPlanes() override {
-    transports.reset();  // may still use data_ (NCCL drains its work, frees its own comms)
+    transports.reset();  // may still use the bootstrap (NCCL drains its work, frees its comms)
     control.reset();
+    bootstrap_.reset();
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) {
-      MPI_Comm_free(&data_);
-      MPI_Comm_free(&control_);
-    }
+    if (!finalized) MPI_Comm_free(&control_);
   }
+  Bootstrap* bootstrap() const { return bootstrap_.get(); }
 
  private:
-  MPI_Comm data_, control_;
+  std::unique_ptr<MpiBootstrap> bootstrap_;
+  MPI_Comm control_;
 };
 
 }  // namespace
@@ -85,7 +87,10 @@ Status MpiWorld::make_set(int id, const std::vector<int>& ranks, const Config& c
   MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
   HVD_RETURN_IF_ERROR(mpi_.make_comms(ranks, &data, &control));
   if (data == MPI_COMM_NULL) return Status::OK();  // not a member
-  auto planes = std::make_unique<MpiSetPlanes>(data, control);
+  auto planes = std::make_unique<MpiSetPlanes>(
+      std::make_unique<MpiBootstrap>(&mpi_, data, /*owns=*/true, config.reduce_chunk_bytes,
+                                     "process set " + std::to_string(id)),
+      control);
   TransportContext ctx;
   ctx.set_id = id;
   ctx.layout.global_ranks = ranks;
@@ -93,14 +98,17 @@ Status MpiWorld::make_set(int id, const std::vector<int>& ranks, const Config& c
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == mpi_.rank()) ctx.layout.rank = static_cast<int>(i);
   }
-  ctx.data_comm = data;
-  ctx.mpi = &mpi_;
+  ctx.bootstrap = planes->bootstrap();
   ctx.config = &config;
+  ctx.world_size = mpi_.size();
+  ctx.local_rank = mpi_.local_rank();
+  ctx.local_size = mpi_.local_size();
+  ctx.cores_shared = mpi_.cores_shared();
   planes->control = std::make_unique<MpiControlPlane>(control, ctx.layout.rank, ctx.layout.size,
                                                      mpi_.cores_shared());
   if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
     planes->control = make_shm_control_plane(
-        control, id, test_host(ctx), Controller::max_and_words(config.cache_capacity),
+        *ctx.bootstrap, id, test_host(ctx), Controller::max_and_words(config.cache_capacity),
         mpi_.cores_shared(), std::move(planes->control));
   }
   planes->transports = std::make_unique<TransportRegistry>();

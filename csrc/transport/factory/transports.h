@@ -1,7 +1,7 @@
 // Copyright horovod_cpp authors. The one list of this build's transports (transports.cc).
 #pragma once
 
-#include "transport/mpi/transport_context.h"
+#include "transport/transport_context.h"
 #include "transport/registry.h"
 
 namespace hvd {

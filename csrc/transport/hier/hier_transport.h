@@ -9,13 +9,15 @@
 // equal local rank over MPI, then within each host through shared memory, then puts them in
 // rank order; a broadcast goes to the root's local rank on every host over MPI, then through
 // shared memory on each host. Alltoall and reducescatter go over MPI on the set's
-// communicator. Built on CpuTransport (fusion buffer, scaling, Average, joined ranks, result
+// communicator. "MPI" here is the data plane of a Bootstrap group (transport/bootstrap.h): the
+// set, or its split into the ranks of equal local rank; MPI in the library, threads in the
+// unit tests. Built on CpuTransport (fusion buffer, scaling, Average, joined ranks, result
 // allocation) over a DataPlane of its own. Ranks may be placed on hosts in any order.
 #pragma once
 
 #include <memory>
 
-#include "transport/mpi/transport_context.h"
+#include "transport/transport_context.h"
 
 namespace hvd {
 

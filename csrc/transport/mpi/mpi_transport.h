@@ -3,11 +3,12 @@
 
 #include <memory>
 
-#include "transport/mpi/transport_context.h"
+#include "transport/transport_context.h"
 
 namespace hvd {
 
-/// A CpuTransport (transport/cpu) over an MpiDataPlane on the set's data communicator.
+/// A CpuTransport (transport/cpu) over the set's Bootstrap data plane (MpiDataPlane on the
+/// set's data communicator, in the MPI world).
 std::unique_ptr<Transport> make_mpi_transport(const TransportContext& ctx);
 
 }  // namespace hvd

@@ -1,5 +1,5 @@
 // Copyright horovod_cpp authors. The NCCL transport's communicators (see nccl_internal.h):
-// made on first use over the set's MPI data communicator, checked for agreement, settled
+// made on first use over the set's Bootstrap, checked for agreement, settled
 // (non-blocking communicators), aborted on errors and timeouts.
 #include <unistd.h>
 
@@ -33,7 +33,7 @@ void abort_locked(Comm& c, const std::string& why) {
 
 Status NcclTransport::setup(const std::string& c) {
   if (device_ < 0) {
-    device_ = chosen_cuda_device(o_.config, o_.mpi->local_rank());
+    device_ = chosen_cuda_device(o_.config, o_.local_rank);
   }
   HVD_CUDA_CHECK(cudaSetDevice(device_), ctx(c));
   if (!stream_) {
@@ -48,7 +48,7 @@ Status NcclTransport::setup(const std::string& c) {
   auto it = comms_.find(device_);
   if (it == comms_.end()) {
     std::shared_ptr<Comm> comm;
-    HVD_RETURN_IF_ERROR(make_comm(o_.data_comm, o_.rank, o_.size, c, &comm));
+    HVD_RETURN_IF_ERROR(make_comm(*o_.bootstrap, c, &comm));
     it = comms_.emplace(device_, std::move(comm)).first;
   }
   comm_ = it->second;
@@ -75,8 +75,8 @@ Status NcclTransport::check_agreement(const std::string& c) {
   mine.may_share =
       nccl_can_share && (o_.config.nccl_multi_rank_gpu || o_.config.cuda_device >= 0) ? 1 : 0;
   std::vector<Info> all(static_cast<size_t>(o_.size));
-  HVD_MPI_CHECK(MPI_Allgather(&mine, sizeof(Info), MPI_BYTE, all.data(), sizeof(Info), MPI_BYTE,
-                              o_.data_comm));
+  Status s = o_.bootstrap->allgather(&mine, sizeof(Info), all.data());
+  if (!s.ok()) return Status(s.code(), ctx(c) + ": " + s.message());
   std::string shared;  // the first pair of ranks sharing a GPU, for the warning
   for (int r = 0; r < o_.size; ++r) {
     const Info& a = all[static_cast<size_t>(r)];
@@ -116,11 +116,12 @@ Status NcclTransport::check_agreement(const std::string& c) {
   return Status::OK();
 }
 
-// Makes a communicator of `size` ranks over the MPI communicator `over` (collective over it):
-// `over`'s rank 0 makes the unique id and broadcasts it. Non-blocking NCCL communicators, so
+// Makes a communicator of the members of `over` (collective over it): `over`'s rank 0 makes
+// the unique id and broadcasts it. Non-blocking NCCL communicators, so
 // that no NCCL call can block this thread for longer than the timeout.
-Status NcclTransport::make_comm(MPI_Comm over, int rank, int size, const std::string& c,
-                             std::shared_ptr<Comm>* out) {
+Status NcclTransport::make_comm(Bootstrap& over, const std::string& c,
+                                std::shared_ptr<Comm>* out) {
+  const int rank = over.rank(), size = over.size();
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   int ok = 1;
@@ -133,11 +134,13 @@ Status NcclTransport::make_comm(MPI_Comm over, int rank, int size, const std::st
     }
   }
   // Every rank learns whether rank 0 succeeded, so none waits in ncclCommInitRank alone.
-  HVD_MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, over));
+  Status s = over.broadcast(&ok, sizeof(ok), 0);
+  if (!s.ok()) return Status(s.code(), ctx(c) + ": " + s.message());
   if (!ok) {
     return Status::Backend(rank == 0 ? err : ctx(c) + ": ncclGetUniqueId failed on rank 0 of the set");
   }
-  HVD_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, over));
+  s = over.broadcast(&id, sizeof(id), 0);
+  if (!s.ok()) return Status(s.code(), ctx(c) + ": " + s.message());
   auto comm = std::make_shared<Comm>();
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;

@@ -1,24 +1,33 @@
 // Copyright horovod_cpp authors. Hierarchical allreduce on CUDA tensors (see nccl_internal.h):
-// NCCL within each host, MPI across hosts (HOROVOD_HIERARCHICAL_ALLREDUCE).
+// NCCL within each host, the set's Bootstrap data plane (MPI) across hosts
+// (HOROVOD_HIERARCHICAL_ALLREDUCE).
+#include <algorithm>
+
 #include "transport/nccl/nccl_internal.h"
 #include "common/logging.h"
 
 namespace hvd {
 namespace nccl {
 
-// Splits the set into hosts (MPI shared-memory domains): usable when there are several hosts
+// Splits the set into hosts (shared-memory domains): usable when there are several hosts
 // with the same number of members each; otherwise the flat allreduce is as good, and is used.
 Status NcclTransport::setup_hierarchical(const std::string& c) {
   if (hier_checked_) return Status::OK();
   hier_checked_ = true;
-  HVD_MPI_CHECK(MPI_Comm_split_type(o_.data_comm, MPI_COMM_TYPE_SHARED, o_.rank, MPI_INFO_NULL, &local_mpi_));
-  HVD_MPI_CHECK(MPI_Comm_rank(local_mpi_, &local_rank_));
-  HVD_MPI_CHECK(MPI_Comm_size(local_mpi_, &local_size_));
-  HVD_MPI_CHECK(MPI_Comm_split(o_.data_comm, local_rank_, o_.rank, &cross_mpi_));
-  HVD_MPI_CHECK(MPI_Comm_size(cross_mpi_, &cross_size_));
-  int sizes[2] = {local_size_, -local_size_};
-  HVD_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, o_.data_comm));
-  const bool homogeneous = sizes[0] == -sizes[1];
+  Bootstrap& set = *o_.bootstrap;
+  auto failed = [&](const Status& s) { return Status(s.code(), ctx(c) + ": " + s.message()); };
+  Status s = set.split_host(&local_group_);
+  if (!s.ok()) return failed(s);
+  local_rank_ = local_group_->rank();
+  local_size_ = local_group_->size();
+  s = set.split(local_rank_, o_.rank, &cross_group_);
+  if (!s.ok()) return failed(s);
+  cross_size_ = cross_group_->size();
+  std::vector<int> sizes(static_cast<size_t>(o_.size));
+  s = set.allgather(&local_size_, sizeof(int), sizes.data());
+  if (!s.ok()) return failed(s);
+  const bool homogeneous =
+      *std::min_element(sizes.begin(), sizes.end()) == *std::max_element(sizes.begin(), sizes.end());
   if (!homogeneous || cross_size_ == 1 || local_size_ == 1) {
     HVD_LOG(kInfo) << "process set " << o_.set_id << ": HOROVOD_HIERARCHICAL_ALLREDUCE set but "
                    << (homogeneous ? (cross_size_ == 1 ? "all ranks share one host"
@@ -28,8 +37,9 @@ Status NcclTransport::setup_hierarchical(const std::string& c) {
     hier_usable_ = false;
     return Status::OK();
   }
-  HVD_RETURN_IF_ERROR(make_comm(local_mpi_, local_rank_, local_size_, c, &local_comm_));
-  cross_plane_ = std::make_unique<MpiDataPlane>(o_.mpi, cross_mpi_, o_.config.reduce_chunk_bytes);
+  HVD_RETURN_IF_ERROR(make_comm(*local_group_, c, &local_comm_));
+  s = cross_group_->make_data_plane(&cross_plane_);
+  if (!s.ok()) return failed(s);
   hier_usable_ = true;
   return Status::OK();
 }
@@ -88,7 +98,7 @@ Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Res
     }
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  // Across hosts: the MPI data plane reduces half types with its own operators; Average
+  // Across hosts: the data plane reduces half types itself (MPI: its own operators); Average
   // travels as Sum (the caller's post-scale divides).
   const ReduceOp cross_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
   Status s = cross_plane_->allreduce(host_buf_, shard, r.dtype, cross_op);

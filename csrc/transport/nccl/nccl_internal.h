@@ -2,7 +2,8 @@
 //   nccl_transport.cc     run(), device buffers, stream/event ordering, the finalizer thread
 //   nccl_comms.cc         the communicator cache: creation, agreement checks, settle, abort
 //   nccl_collectives.cc   allreduce (flat, fused), allgather, broadcast, alltoall, reducescatter
-//   nccl_hierarchical.cc  allreduce within hosts over NCCL and across hosts over MPI
+//   nccl_hierarchical.cc  allreduce within hosts over NCCL and across hosts over the
+//                         set's Bootstrap data plane (MPI)
 //
 // Threads. The process set's background thread calls run(): it issues CUDA and NCCL calls on
 // this transport's stream and hands a Pending (an event plus the batch's done callback) to the
@@ -21,7 +22,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
@@ -35,8 +35,8 @@
 #include <thread>
 #include <vector>
 
-#include "transport/mpi/mpi_context.h"
-#include "transport/mpi/mpi_data_plane.h"
+#include "transport/bootstrap.h"
+#include "transport/data_plane.h"
 #include "transport/nccl/gpu_check.h"
 #include "transport/transport.h"
 #include "common/config.h"
@@ -85,9 +85,10 @@ struct Options {
   int set_id = 0;
   int rank = 0;  ///< this rank's index in the set
   int size = 1;
-  std::vector<int> global_ranks;       ///< set rank -> global rank
-  MPI_Comm data_comm = MPI_COMM_NULL;  ///< the set's data communicator (not owned)
-  const MpiContext* mpi = nullptr;
+  std::vector<int> global_ranks;    ///< set rank -> global rank
+  Bootstrap* bootstrap = nullptr;   ///< the set's members (not owned; outlives the transport)
+  int local_rank = 0;               ///< this rank among the job's ranks on its host
+  int local_size = 1;               ///< the job's ranks on this host
   Config config;
 };
 
@@ -126,8 +127,7 @@ class NcclTransport : public Transport {
            " (cuda:" + std::to_string(device_) + ")";
   }
   Status setup(const std::string& c);
-  Status make_comm(MPI_Comm over, int rank, int size, const std::string& c,
-                   std::shared_ptr<Comm>* out);
+  Status make_comm(Bootstrap& over, const std::string& c, std::shared_ptr<Comm>* out);
   Status check_agreement(const std::string& c);
   Status settle(Comm& comm, const std::string& c);
   Status wait_producers(const std::vector<BatchTensor>& ts, const std::string& c);
@@ -169,10 +169,10 @@ class NcclTransport : public Transport {
   // Hierarchical allreduce: set members on this host (local) and same-local-rank peers (cross).
   bool hier_checked_ = false;
   bool hier_usable_ = false;
-  MPI_Comm local_mpi_ = MPI_COMM_NULL, cross_mpi_ = MPI_COMM_NULL;
+  std::unique_ptr<Bootstrap> local_group_, cross_group_;
   int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;
   std::shared_ptr<Comm> local_comm_;
-  std::unique_ptr<MpiDataPlane> cross_plane_;
+  std::unique_ptr<DataPlane> cross_plane_;  // over cross_group_ (reset before it)
   void* host_buf_ = nullptr;  // pinned
   size_t host_cap_ = 0;
   void* fusion_ = nullptr;  // device fusion buffer

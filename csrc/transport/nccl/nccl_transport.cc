@@ -23,8 +23,9 @@ constexpr auto kSpinFor = std::chrono::milliseconds(2);
 }  // namespace
 
 Status NcclTransport::check_device(const Device& device, const std::string& what) const {
-  return check_cuda_tensor_device(device, o_.config, o_.mpi->rank(), o_.mpi->local_rank(),
-                                  o_.mpi->local_size(), what);
+  return check_cuda_tensor_device(device, o_.config,
+                                  o_.global_ranks[static_cast<size_t>(o_.rank)], o_.local_rank,
+                                  o_.local_size, what);
 }
 
 Status NcclTransport::wait_producers(const std::vector<BatchTensor>& ts, const std::string& c) {
@@ -321,12 +322,7 @@ NcclTransport::~NcclTransport() {
   if (hier_ev_) (void)cudaEventDestroy(hier_ev_);
   if (stream_) (void)cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
-    if (local_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&local_mpi_);
-    if (cross_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&cross_mpi_);
-  }
+  cross_plane_.reset();  // before the group it runs over
 }
 
 
@@ -338,8 +334,9 @@ std::unique_ptr<Transport> make_nccl_transport(const TransportContext& ctx) {
   o.rank = ctx.layout.rank;
   o.size = ctx.layout.size;
   o.global_ranks = ctx.layout.global_ranks;
-  o.data_comm = ctx.data_comm;
-  o.mpi = ctx.mpi;
+  o.bootstrap = ctx.bootstrap;
+  o.local_rank = ctx.local_rank;
+  o.local_size = ctx.local_size;
   o.config = *ctx.config;
   return std::make_unique<nccl::NcclTransport>(std::move(o));
 }

@@ -89,7 +89,7 @@ void ShmControlPlane::wait_round(int r, uint64_t round) const {
 // Rank 0 creates and reserves the segment of `size` slots and starts every slot's round
 // counter at 0 (rounds count from 1), the others map it; the name goes once every rank has.
 // Null (on every rank) when any rank failed.
-unsigned char* map_segment(MPI_Comm comm, int rank, int size, size_t slot, const std::string& name,
+unsigned char* map_segment(Bootstrap& group, int rank, int size, size_t slot, const std::string& name,
                            std::string* why_not) {
   const size_t bytes = slot * static_cast<size_t>(size);
   void* p = nullptr;
@@ -106,12 +106,12 @@ unsigned char* map_segment(MPI_Comm comm, int rank, int size, size_t slot, const
     }
   }
   const bool named = rank == 0 && error.empty();  // the name exists and must go
-  const bool created = all_agree(comm, error.empty());
+  const bool created = all_agree(group, error.empty());
   if (created && rank != 0) {
     Status s = open_segment(name, bytes, &p);
     if (!s.ok()) error = s.message();
   }
-  const bool mapped = created && all_agree(comm, error.empty());
+  const bool mapped = created && all_agree(group, error.empty());
   if (named) shm_unlink(name.c_str());  // every rank has mapped it, or none will
   if (!mapped) {
     if (p) munmap(p, bytes);
@@ -123,11 +123,11 @@ unsigned char* map_segment(MPI_Comm comm, int rank, int size, size_t slot, const
 
 }  // namespace
 
-std::unique_ptr<ControlPlane> make_shm_control_plane(MPI_Comm comm, int set_id, int host,
+std::unique_ptr<ControlPlane> make_shm_control_plane(Bootstrap& group, int set_id, int host,
                                                      size_t max_words, bool yield_core,
                                                      std::unique_ptr<ControlPlane> fallback) {
   std::string why_not, tag;
-  if (!on_one_host(comm, host, &why_not) || !segment_tag(comm, set_id, &tag, &why_not)) {
+  if (!on_one_host(group, host, &why_not) || !segment_tag(group, set_id, &tag, &why_not)) {
     HVD_LOG(kDebug) << "process set " << set_id << ": negotiation over MPI: " << why_not;
     return fallback;
   }
@@ -135,7 +135,7 @@ std::unique_ptr<ControlPlane> make_shm_control_plane(MPI_Comm comm, int set_id, 
   max_words = std::max<size_t>(max_words, 1);
   const size_t slot = kLine + (2 * max_words * sizeof(uint64_t) + kLine - 1) / kLine * kLine;
   const size_t bytes = slot * static_cast<size_t>(size);
-  unsigned char* map = map_segment(comm, rank, size, slot, "/hvdcpp." + tag + ".ctl", &why_not);
+  unsigned char* map = map_segment(group, rank, size, slot, "/hvdcpp." + tag + ".ctl", &why_not);
   if (!map) {
     HVD_LOG(kWarning) << "process set " << set_id << ": negotiation over MPI: " << why_not;
     return fallback;

@@ -17,23 +17,22 @@
 // same length, so every rank takes the same path in every round.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "transport/bootstrap.h"
 #include "coordination/control_plane.h"
 
 namespace hvd {
 
-/// Collective over `comm` (the set's ranks): a ControlPlane whose allreduce_and() runs through
+/// Collective over `group` (the set's ranks): a ControlPlane whose allreduce_and() runs through
 /// shared memory when every rank is on one host (`host` as in split_by_host()) and every rank
 /// could map the segment; otherwise `fallback` itself, on every rank (the reason is logged).
 /// `max_words`: the longest vector that goes through shared memory (longer ones use
 /// `fallback`). `yield_core`: ranks outnumber cores, so waits yield while they spin.
-std::unique_ptr<ControlPlane> make_shm_control_plane(MPI_Comm comm, int set_id, int host,
+std::unique_ptr<ControlPlane> make_shm_control_plane(Bootstrap& group, int set_id, int host,
                                                      size_t max_words, bool yield_core,
                                                      std::unique_ptr<ControlPlane> fallback);
 

@@ -218,14 +218,14 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
   if (!config.shm_enabled) return nullptr;
   std::string why_not;
   std::unique_ptr<ShmAllreduce> shm =
-      make_shm_allreduce(ctx.data_comm, ctx.set_id, config.shm_chunk_bytes,
+      make_shm_allreduce(*ctx.bootstrap, ctx.set_id, config.shm_chunk_bytes,
                          config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
                          config.shm_single_copy_max_bytes, config.shm_measured_min_bytes,
                          config.test_shm_path_votes
                              ? 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.layout.rank + 1)
                              : 0,
                          &why_not, test_host(ctx));
-  if (shm) shm->set_yield_core(ctx.mpi->cores_shared());
+  if (shm) shm->set_yield_core(ctx.cores_shared);
   if (!shm) {
     if (ctx.layout.size > 1) {
       HVD_LOG(kInfo) << "process set " << ctx.set_id << ": shared-memory allreduce unavailable ("

@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "transport/mpi/transport_context.h"
+#include "transport/transport_context.h"
 
 namespace hvd {
 
