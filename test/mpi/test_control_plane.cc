@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "transport/mpi/mpi_bootstrap.h"
 #include "transport/mpi/mpi_control_plane.h"
 #include "transport/shm/shm_control_plane.h"
 #include "test_util.h"
@@ -37,7 +38,8 @@ struct Planes {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     auto mpi = std::make_unique<hvd::MpiControlPlane>(comm, rank, size, /*yield_core=*/true);
-    plane = hvd::make_shm_control_plane(comm, 7, host, max_words, true, std::move(mpi));
+    hvd::MpiBootstrap group(nullptr, comm, /*owns=*/false, 0, "the test's communicator");
+    plane = hvd::make_shm_control_plane(group, 7, host, max_words, true, std::move(mpi));
   }
   ~Planes() {
     plane.reset();

@@ -54,22 +54,6 @@ void shm_and_hier(const TransportContext& ctx, TransportRegistry* registry) {
   registry->add(make_hier_transport(ctx));
 }
 
-// A request of `op` on this rank's memory `data`, handled by `h` as part `part`.
-TensorEntry request_of(int rank, OpType op, const std::string& name, void* data, DataType dtype,
-                       Shape shape, std::shared_ptr<detail::HandleState> h, int part = 0) {
-  TensorEntry e;
-  e.request.rank = rank;
-  e.request.op = op;
-  e.request.name = name;
-  e.request.dtype = dtype;
-  e.request.shape = shape;
-  e.input = TensorView(data, dtype, shape);
-  e.output = e.input;
-  e.handle = std::move(h);
-  e.part = part;
-  return e;
-}
-
 // Waits (at most 60 s) for `h`; throws its failure.
 void await(const std::shared_ptr<detail::HandleState>& h) {
   if (!h->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(60))) {
@@ -198,7 +182,7 @@ TEST_CASE("transports in process: shm and hier allreduce every element, fused or
                       : (t / 2 % 2 == 1 ? ReduceOp::kMax : ReduceOp::kSum);
       x.bytes.resize(static_cast<size_t>(x.len) * dtype_size(x.dtype));
       on_dtype<Fill>(x.dtype, &x, rank, t);
-      TensorEntry e = request_of(rank, OpType::kAllreduce, "ar." + std::to_string(t),
+      TensorEntry e = entry(rank, OpType::kAllreduce, "ar." + std::to_string(t),
                                  x.bytes.data(), x.dtype, {x.len}, h, t);
       e.request.reduce_op = x.op;
       e.request.group = "g";
@@ -218,24 +202,19 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
     ProcessSetState& set = sets.set(rank);
     std::vector<std::shared_ptr<detail::HandleState>> hs;
     auto submit = [&](TensorEntry e) {
-      auto h = std::make_shared<detail::HandleState>(e.request.name, 1);
-      e.handle = h;
-      std::vector<TensorEntry> v;
-      v.push_back(std::move(e));
-      throw_if_error(set.enqueue(std::move(v)));
-      hs.push_back(h);
-      return h;
+      hs.push_back(testing::submit(set, std::move(e)));
+      return hs.back();
     };
     // allgather: rank r contributes 1000 * (r + 1) rows of 3 int32s.
     const int64_t kRows = 1000;
     std::vector<int32_t> mine(static_cast<size_t>(kRows * (rank + 1) * 3));
     for (size_t i = 0; i < mine.size(); ++i) mine[i] = rank * 1000000 + static_cast<int32_t>(i);
-    auto hg = submit(request_of(rank, OpType::kAllgather, "ag", mine.data(), DataType::kInt32,
+    auto hg = submit(entry(rank, OpType::kAllgather, "ag", mine.data(), DataType::kInt32,
                                 {kRows * (rank + 1), 3}, nullptr));
     // broadcast of 50000 doubles from the last rank.
     std::vector<double> bc(50000, rank);
     for (size_t i = 0; i < bc.size(); ++i) bc[i] = rank * 100000.0 + static_cast<double>(i);
-    TensorEntry eb = request_of(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64,
+    TensorEntry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64,
                                 {50000}, nullptr);
     eb.request.root = n - 1;
     submit(std::move(eb));
@@ -245,20 +224,20 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
     for (int d = 0; d < n; ++d) rows += splits[static_cast<size_t>(d)] = 500 * (d + 1);
     std::vector<float> a2a(static_cast<size_t>(rows * 2));
     for (size_t i = 0; i < a2a.size(); ++i) a2a[i] = static_cast<float>(rank * 100000 + static_cast<int>(i));
-    TensorEntry ea = request_of(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32,
+    TensorEntry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32,
                                 {rows, 2}, nullptr);
     ea.request.splits = splits;
     auto ha = submit(std::move(ea));
     // reducescatter (sum, and average) of 2000 n rows of 1.
     std::vector<float> rs(static_cast<size_t>(2000 * n));
     for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(rank + static_cast<int>(i % 97));
-    auto hr = submit(request_of(rank, OpType::kReducescatter, "rs", rs.data(), DataType::kFloat32,
+    auto hr = submit(entry(rank, OpType::kReducescatter, "rs", rs.data(), DataType::kFloat32,
                                 {2000 * n, 1}, nullptr));
-    TensorEntry er = request_of(rank, OpType::kReducescatter, "rs.avg", rs.data(),
+    TensorEntry er = entry(rank, OpType::kReducescatter, "rs.avg", rs.data(),
                                 DataType::kFloat32, {2000 * n, 1}, nullptr);
     er.request.reduce_op = ReduceOp::kAverage;
     auto hra = submit(std::move(er));
-    submit(request_of(rank, OpType::kBarrier, "bar", nullptr, DataType::kUInt8, {0}, nullptr));
+    submit(entry(rank, OpType::kBarrier, "bar", nullptr, DataType::kUInt8, {0}, nullptr));
     for (auto& h : hs) await(h);
 
     const Tensor& g = hg->results().at(0);
