@@ -3,8 +3,10 @@
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer build (HOROVOD_CPP_SANITIZE=ON): the
 #         unit tests, the fuzz-corpus replays, and the multi-rank suite at 2 and 3 ranks on
 #         each CPU data path (default, MPI only, shared memory only);
-#   tsan  ThreadSanitizer build (HOROVOD_CPP_SANITIZE_THREAD=ON): the unit tests and the
-#         multi-rank suite at 2 ranks (default data path).
+#   tsan  ThreadSanitizer build (HOROVOD_CPP_SANITIZE_THREAD=ON): the unit tests (among them
+#         unit_transports_in_process: the real shm and hier transports with thread-ranks, so
+#         their setup and shared-memory waits run under TSan too) and the multi-rank suite at
+#         2 ranks (default data path).
 # Only the library and the test executables are built (no examples, bindings, adapters or
 # CUDA), each in its own build directory. Any sanitizer report fails the run: ASan/UBSan/TSan
 # stop the rank, mpirun then ends the job, and the test fails.

@@ -65,7 +65,7 @@ struct Config {
   /// HOROVOD_CPP_SHM_MEASURED_MIN_BYTES (default 256 KiB; 0 = off): broadcasts, allgathers
   /// and alltoalls of at least this many bytes (allgather, alltoall: the longest block times
   /// the ranks) outside the fixed single-copy window choose between two copies and one by
-  /// measurement, agreed by every rank each cycle (backends/shm/gather_paths.h), when every
+  /// measurement, agreed by every rank each cycle (transport/shm/gather_paths.h), when every
   /// rank can read its peers' memory.
   int64_t shm_measured_min_bytes = 256 * 1024;
   /// HOROVOD_CPP_TEST_SHM_PATH_VOTES (default 0, testing only): the measured paths' votes are
@@ -76,7 +76,7 @@ struct Config {
   /// alltoalls of more bytes per rank than this use MPI instead of shared memory.
   int64_t shm_gather_max_bytes = 0;
   /// HOROVOD_CPP_SHM_HIERARCHICAL (default 1): CPU collectives of a set that spans hosts with
-  /// the same number (>= 2) of its ranks on each run through backends/hier/: allreduces as a
+  /// the same number (>= 2) of its ranks on each run through transport/hier/: allreduces as a
   /// shared-memory reduce-scatter on each host, an MPI allreduce of each share across hosts
   /// and a shared-memory allgather; other collectives over MPI. 0: plain MPI.
   bool shm_hierarchical = true;

@@ -19,7 +19,7 @@
 
 namespace hvd {
 
-/// How the job is ended, installed by the World that started it (backends/factory: MPI_Abort,
+/// How the job is ended, installed by the World that started it (transport/factory: MPI_Abort,
 /// which ends every rank). `rank` names this rank in the last message (-1: unknown). Without an
 /// aborter, only this process ends (exit status 1).
 struct JobAborter {

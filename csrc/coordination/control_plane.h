@@ -2,7 +2,7 @@
 // negotiation needs, and nothing else.
 //
 // The Controller talks only to this interface. MpiControlPlane implements it over an MPI
-// communicator (backends/mpi); InProcessControlPlane (test/unit) over threads of one
+// communicator (transport/mpi); InProcessControlPlane (test/unit) over threads of one
 // process, so the negotiation is unit-tested with N ranks and no MPI. All calls are
 // collective: every rank of the group calls them in the same order.
 #pragma once

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/registry.h"
+#include "transport/registry.h"
 #include "coordination/message.h"
 #include "core/tensor_entry.h"
 #include "fusion/fusion_planner.h"

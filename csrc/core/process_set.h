@@ -26,7 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "backends/world.h"
+#include "transport/world.h"
 #include "common/config.h"
 #include "common/name_index.h"
 #include "coordination/controller.h"

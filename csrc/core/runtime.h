@@ -1,7 +1,7 @@
 // Copyright horovod_cpp authors. The Runtime: the one object that owns everything.
 //
 // Made by hvd::init() and destroyed by hvd::shutdown(). It owns the configuration, the World
-// (backends/world.h: the job's communication layer, MPI; it builds each set's planes) and the
+// (transport/world.h: the job's communication layer, MPI; it builds each set's planes) and the
 // process sets (set 0 = every rank), each with its own background thread.
 // Process sets are added and removed collectively, from user threads, one at a time under
 // `collective_mu_`; `sets_mu_` guards the maps only and is never held across a collective call.
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/world.h"
+#include "transport/world.h"
 #include "common/config.h"
 #include "core/process_set.h"
 #include "horovod_cpp/api.h"

@@ -6,7 +6,7 @@
 // slowest rank per step: MPI_Iallreduce + MPI_Test, blocking MPI_Allreduce (no polling
 // possible: for reference), MPI_Ibarrier + MPI_Test (the least a nonblocking collective
 // costs), and point-to-point recursive doubling with MPI_Isend/MPI_Irecv + MPI_Testall (what
-// csrc/backends/mpi/mpi_control_plane.cc does). Power-of-two rank counts only.
+// csrc/transport/mpi/mpi_control_plane.cc does). Power-of-two rank counts only.
 //
 //   mpirun -np 2 build/examples/benchmark/negotiation_bench [words] [iterations]
 #include <mpi.h>

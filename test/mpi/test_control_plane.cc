@@ -1,5 +1,5 @@
 // Copyright horovod_cpp authors. The negotiation's bit-vector AND through shared memory
-// (backends/shm/shm_control_plane.h) under mpirun: every word of every round against the AND
+// (transport/shm/shm_control_plane.h) under mpirun: every word of every round against the AND
 // each rank computes itself from every rank's seeded words, vectors longer than the segment's
 // buffers (the MPI plane it wraps), a late rank, and the fallback when the ranks are not on
 // one host.
@@ -8,8 +8,9 @@
 
 #include <memory>
 
-#include "backends/mpi/mpi_control_plane.h"
-#include "backends/shm/shm_control_plane.h"
+#include "transport/mpi/mpi_bootstrap.h"
+#include "transport/mpi/mpi_control_plane.h"
+#include "transport/shm/shm_control_plane.h"
 #include "test_util.h"
 
 namespace {
@@ -37,7 +38,8 @@ struct Planes {
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     auto mpi = std::make_unique<hvd::MpiControlPlane>(comm, rank, size, /*yield_core=*/true);
-    plane = hvd::make_shm_control_plane(comm, 7, host, max_words, true, std::move(mpi));
+    hvd::MpiBootstrap group(nullptr, comm, /*owns=*/false, 0, "the test's communicator");
+    plane = hvd::make_shm_control_plane(group, 7, host, max_words, true, std::move(mpi));
   }
   ~Planes() {
     plane.reset();

@@ -1,4 +1,4 @@
-// Copyright horovod_cpp authors. The hierarchical CPU allreduce (backends/hier/) on one
+// Copyright horovod_cpp authors. The hierarchical CPU allreduce (transport/hier/) on one
 // machine: HOROVOD_CPP_TEST_RANKS_PER_HOST=2 makes hosts of two consecutive ranks, so at 4
 // ranks the set spans two hosts of two and allreduces take the shared-memory reduce-scatter,
 // the MPI allreduce across hosts and the shared-memory allgather. At 2 and 3 ranks the same

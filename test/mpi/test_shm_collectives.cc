@@ -325,7 +325,7 @@ float fold(int n, int64_t i) {
 }
 
 // Shared memory (on by default; the suite's variants run on one host) reduces in rank order.
-// With HOROVOD_CPP_TEST_RANKS_PER_HOST the world set may span test hosts (backends/hier/: host
+// With HOROVOD_CPP_TEST_RANKS_PER_HOST the world set may span test hosts (transport/hier/: host
 // partial sums, then across hosts), which is not the rank-order fold.
 bool shm_reduces() {
   const char* v = std::getenv("HOROVOD_CPP_SHM");

@@ -5,9 +5,12 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <thread>
 
-#include "backends/cpu/cpu_ops.h"
+#include "kernels/host/cpu_ops.h"
+#include "transport/shm/shm_control_plane.h"
+#include "core/handle_state.h"
 
 namespace hvd {
 namespace testing {
@@ -24,6 +27,7 @@ void copy_out(const std::string& s, void* out) {
 }  // namespace
 
 Status InProcessDataPlane::allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
+  ++calls_;
   last_thread_ = std::this_thread::get_id();
   if (++allreduces_ == fail_at_) return Status::Backend(fail_why_);
   if (allreduces_ == throw_at_) throw std::bad_alloc();
@@ -43,6 +47,7 @@ Status InProcessDataPlane::allreduce(void* buf, int64_t count, DataType dtype, R
 }
 
 Status InProcessDataPlane::allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes) {
+  ++calls_;
   std::string result;
   HVD_RETURN_IF_ERROR(hub_->exchange(
       rank_, "data allgatherv", bytes_of(in, bytes[static_cast<size_t>(rank_)]),
@@ -59,6 +64,7 @@ Status InProcessDataPlane::allgatherv(const void* in, void* out, const std::vect
 
 Status InProcessDataPlane::alltoallv(const void* in, const std::vector<int64_t>& send_bytes,
                                      void* out, const std::vector<int64_t>& recv_bytes) {
+  ++calls_;
   // Payload: every destination's block size, then the blocks.
   const size_t n = send_bytes.size();
   int64_t total = 0;
@@ -93,6 +99,7 @@ Status InProcessDataPlane::alltoallv(const void* in, const std::vector<int64_t>&
 Status InProcessDataPlane::reducescatter(const void* in, void* out,
                                          const std::vector<int64_t>& counts, DataType dtype,
                                          ReduceOp op) {
+  ++calls_;
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   int64_t total = 0;
   for (int64_t c : counts) total += c;
@@ -115,6 +122,7 @@ Status InProcessDataPlane::reducescatter(const void* in, void* out,
 }
 
 Status InProcessDataPlane::broadcast(void* buf, int64_t bytes, int root) {
+  ++calls_;
   std::string result;
   HVD_RETURN_IF_ERROR(hub_->exchange(
       rank_, "data broadcast from " + std::to_string(root), bytes_of(buf, bytes),
@@ -128,6 +136,7 @@ Status InProcessDataPlane::broadcast(void* buf, int64_t bytes, int root) {
 }
 
 Status InProcessDataPlane::barrier() {
+  ++calls_;
   std::string result;
   return hub_->exchange(
       rank_, "data barrier", "", [](std::vector<std::string>&, std::vector<std::string>*) {
@@ -136,16 +145,35 @@ Status InProcessDataPlane::barrier() {
       &result);
 }
 
-InProcessSets::InProcessSets(int n, const Config& config, bool small_first, int64_t small_bytes)
-    : n_(n), control_hub_(n), data_hub_(n), small_hub_(n) {
+namespace {
+
+std::vector<int> first_ranks(int n) {
   std::vector<int> ranks(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) ranks[static_cast<size_t>(r)] = r;
+  return ranks;
+}
+
+}  // namespace
+
+std::unique_ptr<ControlPlane> InProcessSets::new_control(int r) {
+  auto control = std::make_unique<InProcessControlPlane>(&control_hub_, r);
+  control_.push_back(control.get());
+  return control;
+}
+
+void InProcessSets::add_inproc(int r, TransportRegistry* registry) {
+  auto data = std::make_unique<InProcessDataPlane>(&data_hub_, r);
+  data_.push_back(data.get());
+  registry->add(std::make_unique<CpuTransport>(std::move(data), SetLayout{r, n_, first_ranks(n_)}));
+}
+
+InProcessSets::InProcessSets(int n, const Config& config, bool small_first, int64_t small_bytes)
+    : n_(n), control_hub_(n), data_hub_(n), small_hub_(n) {
+  const std::vector<int> ranks = first_ranks(n);
   for (int r = 0; r < n; ++r) {
     SetLayout layout{r, n, ranks};
     auto planes = std::make_unique<SetPlanes>();
-    auto control = std::make_unique<InProcessControlPlane>(&control_hub_, r);
-    control_.push_back(control.get());
-    planes->control = std::move(control);
+    planes->control = new_control(r);
     planes->transports = std::make_unique<TransportRegistry>();
     if (small_first) {
       auto small = std::make_unique<InProcessDataPlane>(&small_hub_, r);
@@ -156,10 +184,44 @@ InProcessSets::InProcessSets(int n, const Config& config, bool small_first, int6
             return b.op == OpType::kAllreduce && b.device.is_cpu() && b.bytes < small_bytes;
           }));
     }
-    auto data = std::make_unique<InProcessDataPlane>(&data_hub_, r);
-    data_.push_back(data.get());
-    planes->transports->add(std::make_unique<CpuTransport>(std::move(data), layout));
+    add_inproc(r, planes->transports.get());
     sets_.push_back(ProcessSetState::create(0, ranks, r, std::move(planes), config, nullptr));
+  }
+}
+
+InProcessSets::InProcessSets(int n, const Config& config, const TransportMaker& maker)
+    : n_(n), control_hub_(n), data_hub_(n), small_hub_(n) {
+  bootstraps_ = InProcessBootstrap::group_of(n, "process set 0");
+  const std::vector<int> ranks = first_ranks(n);
+  std::vector<std::unique_ptr<SetPlanes>> planes(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    planes[static_cast<size_t>(r)] = std::make_unique<SetPlanes>();
+    planes[static_cast<size_t>(r)]->control = new_control(r);
+    planes[static_cast<size_t>(r)]->transports = std::make_unique<TransportRegistry>();
+  }
+  // Collective over the ranks, like MpiWorld::make_set(): every rank on its own thread.
+  const std::string err = on_ranks(n, [&](int r) {
+    TransportContext ctx;
+    ctx.layout = SetLayout{r, n, ranks};
+    ctx.bootstrap = bootstraps_[static_cast<size_t>(r)].get();
+    ctx.config = &config;
+    ctx.world_size = n;
+    ctx.local_rank = r;
+    ctx.local_size = n;
+    ctx.cores_shared = true;  // the ranks' threads outnumber a test machine's cores
+    SetPlanes& p = *planes[static_cast<size_t>(r)];
+    if (config.shm_enabled && config.shm_control) {
+      p.control = make_shm_control_plane(*ctx.bootstrap, 0, test_host(ctx),
+                                         Controller::max_and_words(config.cache_capacity),
+                                         ctx.cores_shared, std::move(p.control));
+    }
+    maker(ctx, p.transports.get());
+  });
+  if (!err.empty()) throw std::runtime_error("building the in-process sets: " + err);
+  for (int r = 0; r < n; ++r) {
+    add_inproc(r, planes[static_cast<size_t>(r)]->transports.get());
+    sets_.push_back(ProcessSetState::create(0, ranks, r, std::move(planes[static_cast<size_t>(r)]),
+                                            config, nullptr));
   }
 }
 
@@ -171,6 +233,30 @@ void InProcessSets::shutdown() {
 InProcessSets::~InProcessSets() {
   shutdown();
   sets_.clear();
+}
+
+TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
+                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part) {
+  TensorEntry e;
+  e.request.rank = rank;
+  e.request.op = op;
+  e.request.name = name;
+  e.request.dtype = dtype;
+  e.request.shape = shape;
+  e.input = TensorView(data, dtype, shape);
+  e.output = e.input;
+  e.handle = handle;
+  e.part = part;
+  return e;
+}
+
+std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e) {
+  auto h = e.handle ? e.handle : std::make_shared<detail::HandleState>(e.request.name, 1);
+  e.handle = h;
+  std::vector<TensorEntry> v;
+  v.push_back(std::move(e));
+  throw_if_error(set.enqueue(std::move(v)));
+  return h;
 }
 
 std::string on_ranks(int n, const std::function<void(int rank)>& body) {

@@ -15,10 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "backends/cpu/cpu_transport.h"
-#include "backends/data_plane.h"
-#include "backends/world.h"
+#include "transport/cpu/cpu_transport.h"
+#include "transport/data_plane.h"
+#include "transport/transport_context.h"
+#include "transport/world.h"
 #include "core/process_set.h"
+#include "in_process_bootstrap.h"
 #include "in_process_control_plane.h"
 
 namespace hvd {
@@ -39,6 +41,8 @@ class InProcessDataPlane : public DataPlane {
 
   /// Allreduce calls so far (read after the set's thread stopped).
   uint64_t allreduces() const { return allreduces_; }
+  /// Calls of every collective so far (read after the set's thread stopped).
+  uint64_t calls() const { return calls_; }
   /// The thread that ran the last allreduce (read after its handle completed).
   std::thread::id last_allreduce_thread() const { return last_thread_; }
   /// Makes the `n`-th allreduce (counted from 1; 0: never) fail on this rank with `why`.
@@ -57,6 +61,7 @@ class InProcessDataPlane : public DataPlane {
   InProcessHub* hub_;
   int rank_;
   uint64_t allreduces_ = 0;
+  uint64_t calls_ = 0;
   std::thread::id last_thread_;
   uint64_t fail_at_ = 0;
   uint64_t throw_at_ = 0;
@@ -80,6 +85,10 @@ class FilteredTransport : public Transport {
   std::function<bool(const Batch&)> take_;
 };
 
+/// Adds a rank's transports for a set to `registry` from the set's context, as
+/// register_transports() does in the library (transport/factory/transports.cc).
+using TransportMaker = std::function<void(const TransportContext& ctx, TransportRegistry* registry)>;
+
 /// N process sets (one per simulated rank) over in-process planes, running their background
 /// threads. `small_first` adds, before the in-process "inproc" transport, a second one
 /// ("small", its own hub) that takes only allreduces under `small_bytes`, to test the
@@ -87,6 +96,11 @@ class FilteredTransport : public Transport {
 class InProcessSets {
  public:
   InProcessSets(int n, const Config& config, bool small_first = false, int64_t small_bytes = 0);
+  /// The sets are built as the library's World builds them, on n threads at once over an
+  /// in-process Bootstrap: `maker`'s transports first, then "inproc"; the shared-memory
+  /// control plane over the in-process one when `config` asks for it (shm_enabled and
+  /// shm_control), as transport/factory/mpi_world.cc does. Throws when a rank fails.
+  InProcessSets(int n, const Config& config, const TransportMaker& maker);
   ~InProcessSets();  ///< shuts every rank down
 
   int size() const { return n_; }
@@ -100,12 +114,27 @@ class InProcessSets {
   void shutdown();
 
  private:
+  /// Rank r's in-process control plane (recorded for control()).
+  std::unique_ptr<ControlPlane> new_control(int r);
+  /// Appends rank r's "inproc" transport (recorded for data()) to `registry`.
+  void add_inproc(int r, TransportRegistry* registry);
+
   int n_;
   InProcessHub control_hub_, data_hub_, small_hub_;
+  std::vector<std::unique_ptr<InProcessBootstrap>> bootstraps_;  // outlive the sets
   std::vector<InProcessControlPlane*> control_;
   std::vector<InProcessDataPlane*> data_, small_;
   std::vector<std::shared_ptr<ProcessSetState>> sets_;
 };
+
+/// A request of `op` on this rank's memory `data` (in place), handled by `handle` as part
+/// `part`, as the API would submit it.
+TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
+                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part = 0);
+
+/// Submits `e` alone on `set` (with a handle of its own unless it has one) and returns its
+/// handle; throws if the submission is refused.
+std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e);
 
 /// Runs `body(rank)` on n threads and returns the first failure (exceptions included), or "".
 std::string on_ranks(int n, const std::function<void(int rank)>& body);

@@ -572,7 +572,7 @@ TEST_CASE("cache eviction with pending requests still completes everything", "[c
 TEST_CASE("max_and_words bounds every cycle's AND vector", "[controller]") {
   // A flags word, then ready, valid and none words for the cache's bits (at most its
   // capacity: the eviction test above checks num_bits() <= capacity). Shared-memory planes
-  // size their buffers by it (backends/shm/shm_control_plane.h).
+  // size their buffers by it (transport/shm/shm_control_plane.h).
   CHECK(Controller::max_and_words(0) == 1);
   CHECK(Controller::max_and_words(1) == 4);
   CHECK(Controller::max_and_words(64) == 4);

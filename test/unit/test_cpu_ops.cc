@@ -1,4 +1,4 @@
-// Copyright horovod_cpp authors. CPU kernels (backends/cpu/cpu_ops.h): every dtype x every
+// Copyright horovod_cpp authors. CPU kernels (kernels/host/cpu_ops.h): every dtype x every
 // reduce op, element by element against references computed here in wider types.
 #include <cmath>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "backends/cpu/cpu_ops.h"
+#include "kernels/host/cpu_ops.h"
 #include "common/half.h"
 #include "half_reference.h"
 

@@ -1,10 +1,10 @@
 // Copyright horovod_cpp authors. The measured choice between one copy and two for large
-// shared-memory broadcasts, allgathers and alltoalls (backends/shm/gather_paths.h).
+// shared-memory broadcasts, allgathers and alltoalls (transport/shm/gather_paths.h).
 #include <catch2/catch.hpp>
 #include <set>
 #include <vector>
 
-#include "backends/shm/gather_paths.h"
+#include "transport/shm/gather_paths.h"
 
 namespace hvd {
 namespace {

@@ -37,31 +37,6 @@ struct Op {
   std::shared_ptr<detail::HandleState> handle;
 };
 
-TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
-                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part = 0) {
-  TensorEntry e;
-  e.request.rank = rank;
-  e.request.op = op;
-  e.request.name = name;
-  e.request.dtype = dtype;
-  e.request.shape = shape;
-  e.input = TensorView(data, dtype, shape);
-  e.output = e.input;
-  e.handle = handle;
-  e.part = part;
-  return e;
-}
-
-// Submits one tensor on `set`; throws if the submission is refused.
-std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e) {
-  auto h = e.handle ? e.handle : std::make_shared<detail::HandleState>(e.request.name, 1);
-  e.handle = h;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  throw_if_error(set.enqueue(std::move(v)));
-  return h;
-}
-
 // Submits one float tensor of `len` elements through enqueue_one() (the API's path for a
 // plain CPU allreduce); out-of-place into `out` if given. Throws if refused.
 std::shared_ptr<detail::HandleState> submit_one(ProcessSetState& set, const std::string& name,

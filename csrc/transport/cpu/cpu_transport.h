@@ -1,0 +1,47 @@
+// Copyright horovod_cpp authors. The Transport for host memory over any DataPlane.
+//
+// Everything a CPU collective needs around the wire: the fusion buffer (copy in, one
+// reduction, copy out), prescale/postscale and Average, zeros for a joined rank, result
+// allocation for allgather/alltoall/reducescatter, messages naming the tensors. The bytes move
+// through a DataPlane: MpiDataPlane in the library (the "mpi" transport), an in-process plane
+// in the unit tests. Synchronous: run() calls done before it returns.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/data_plane.h"
+#include "transport/transport.h"
+
+namespace hvd {
+
+class CpuTransport : public Transport {
+ public:
+  CpuTransport(std::unique_ptr<DataPlane> plane, SetLayout layout);
+  const char* name() const override { return plane_->name(); }
+  /// Every collective on CPU tensors.
+  bool accepts(const Batch& batch) const override { return batch.device.is_cpu(); }
+  void run(Batch& batch) override;
+
+ private:
+  /// Runs the batch; a failure of a plane whose failures are fatal is reported as fatal.
+  Status run_batch(Batch& b, std::vector<TensorResult>* results);
+  /// One unfused collective; its errors name it and the tensor.
+  Status run_one(Batch& b, std::vector<TensorResult>* results);
+  Status reduce_buffer(void* buf, int64_t count, const Response& r);
+  Status allreduce_one(Batch& b);
+  Status allreduce_fused(Batch& b);
+  Status allgather(const Response& r, const BatchTensor& t, TensorResult* out);
+  Status alltoall(const Response& r, const BatchTensor& t, TensorResult* out);
+  Status reducescatter(const Response& r, const BatchTensor& t, TensorResult* out);
+  unsigned char* scratch(int64_t bytes);
+
+  std::unique_ptr<DataPlane> plane_;
+  const SetLayout layout_;
+  const std::string prefix_;  // timeline phases: "MPI_"
+  std::vector<unsigned char> fusion_buffer_;
+  std::vector<unsigned char> scratch_;
+};
+
+}  // namespace hvd

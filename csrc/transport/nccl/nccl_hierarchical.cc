@@ -1,0 +1,120 @@
+// Copyright horovod_cpp authors. Hierarchical allreduce on CUDA tensors (see nccl_internal.h):
+// NCCL within each host, the set's Bootstrap data plane (MPI) across hosts
+// (HOROVOD_HIERARCHICAL_ALLREDUCE).
+#include <algorithm>
+
+#include "transport/nccl/nccl_internal.h"
+#include "common/logging.h"
+
+namespace hvd {
+namespace nccl {
+
+// Splits the set into hosts (shared-memory domains): usable when there are several hosts
+// with the same number of members each; otherwise the flat allreduce is as good, and is used.
+Status NcclTransport::setup_hierarchical(const std::string& c) {
+  if (hier_checked_) return Status::OK();
+  hier_checked_ = true;
+  Bootstrap& set = *o_.bootstrap;
+  auto failed = [&](const Status& s) { return Status(s.code(), ctx(c) + ": " + s.message()); };
+  Status s = set.split_host(&local_group_);
+  if (!s.ok()) return failed(s);
+  local_rank_ = local_group_->rank();
+  local_size_ = local_group_->size();
+  s = set.split(local_rank_, o_.rank, &cross_group_);
+  if (!s.ok()) return failed(s);
+  cross_size_ = cross_group_->size();
+  std::vector<int> sizes(static_cast<size_t>(o_.size));
+  s = set.allgather(&local_size_, sizeof(int), sizes.data());
+  if (!s.ok()) return failed(s);
+  const bool homogeneous =
+      *std::min_element(sizes.begin(), sizes.end()) == *std::max_element(sizes.begin(), sizes.end());
+  if (!homogeneous || cross_size_ == 1 || local_size_ == 1) {
+    HVD_LOG(kInfo) << "process set " << o_.set_id << ": HOROVOD_HIERARCHICAL_ALLREDUCE set but "
+                   << (homogeneous ? (cross_size_ == 1 ? "all ranks share one host"
+                                                       : "each host has one rank")
+                                   : "hosts have different numbers of ranks")
+                   << "; using the flat NCCL allreduce";
+    hier_usable_ = false;
+    return Status::OK();
+  }
+  HVD_RETURN_IF_ERROR(make_comm(*local_group_, c, &local_comm_));
+  s = cross_group_->make_data_plane(&cross_plane_);
+  if (!s.ok()) return failed(s);
+  hier_usable_ = true;
+  return Status::OK();
+}
+
+// NCCL reduce-scatter within the host, MPI allreduce of this rank's shard across hosts (through
+// pinned host memory), NCCL allgather within the host. `count` is a multiple of the local size.
+// Blocks this thread while the shard crosses hosts (MPI needs the data on the host).
+Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Response& r,
+                                          const std::string& c) {
+  ncclDataType_t t;
+  HVD_RETURN_IF_ERROR(nccl_type(r.dtype, &t, ctx(c)));
+  const ncclRedOp_t op = nccl_op(r.dtype, r.reduce_op, /*avg_ok=*/false);
+  const size_t esize = dtype_size(r.dtype);
+  const int64_t shard = count / local_size_;
+  unsigned char* mine = static_cast<unsigned char*>(buf) + shard * local_rank_ * static_cast<int64_t>(esize);
+  const size_t shard_bytes = static_cast<size_t>(shard) * esize;
+  Comm& local = *local_comm_;
+  HVD_RETURN_IF_ERROR(nccl_group(local, c + " (hierarchical: reduce-scatter within the host)", [&]() -> Status {
+    HVD_NCCL_CHECK(ncclReduceScatter(buf, mine, static_cast<size_t>(shard), t, op, local.comm, stream_),
+                   local.comm, ctx(c));
+    return Status::OK();
+  }));
+  if (host_cap_ < shard_bytes) {
+    if (host_buf_) {
+      HVD_CUDA_CHECK(cudaStreamSynchronize(stream_), ctx(c));
+      HVD_CUDA_CHECK(cudaFreeHost(host_buf_), ctx(c));
+      host_buf_ = nullptr;
+      host_cap_ = 0;
+    }
+    HVD_CUDA_CHECK(cudaMallocHost(&host_buf_, shard_bytes), ctx(c));
+    host_cap_ = shard_bytes;
+  }
+  HVD_CUDA_CHECK(cudaMemcpyAsync(host_buf_, mine, shard_bytes, cudaMemcpyDeviceToHost, stream_), ctx(c));
+  HVD_CUDA_CHECK(cudaEventRecord(hier_ev_, stream_), ctx(c));
+  // Wait for the shard, watching the local communicator (a peer's failure must not hang us).
+  const auto start = Clock::now();
+  while (true) {
+    const cudaError_t q = cudaEventQuery(hier_ev_);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      HVD_CUDA_CHECK(q, ctx(c) + " (hierarchical: waiting for the reduce-scatter)");
+    }
+    {
+      std::lock_guard<std::mutex> lk(local.mu);
+      Status s = settle(local, c + " (hierarchical: reduce-scatter within the host)");
+      if (!s.ok()) return s;
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (o_.config.nccl_timeout_seconds > 0 && waited > o_.config.nccl_timeout_seconds) {
+      const std::string why = ctx(c) + ": the reduce-scatter within the host did not finish within " +
+                              std::to_string(static_cast<long long>(o_.config.nccl_timeout_seconds)) +
+                              " s (HOROVOD_CPP_NCCL_TIMEOUT_SECONDS)";
+      std::lock_guard<std::mutex> lk(local.mu);
+      abort_locked(local, why);
+      return Status::Backend(why);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  // Across hosts: the data plane reduces half types itself (MPI: its own operators); Average
+  // travels as Sum (the caller's post-scale divides).
+  const ReduceOp cross_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
+  Status s = cross_plane_->allreduce(host_buf_, shard, r.dtype, cross_op);
+  if (!s.ok()) return Status(s.code(), ctx(c) + " (hierarchical: allreduce across hosts): " + s.message());
+  HVD_CUDA_CHECK(cudaMemcpyAsync(mine, host_buf_, shard_bytes, cudaMemcpyHostToDevice, stream_), ctx(c));
+  HVD_RETURN_IF_ERROR(nccl_group(local, c + " (hierarchical: allgather within the host)", [&]() -> Status {
+    HVD_NCCL_CHECK(ncclAllGather(mine, buf, static_cast<size_t>(shard), t, local.comm, stream_),
+                   local.comm, ctx(c));
+    return Status::OK();
+  }));
+  if (r.reduce_op == ReduceOp::kAverage && !is_float(r.dtype) && r.dtype != DataType::kBool) {
+    HVD_KERNEL_CHECK(cuda::divide_integers(buf, count, r.dtype, o_.size, stream_), ctx(c));
+  }
+  return Status::OK();
+}
+
+
+}  // namespace nccl
+}  // namespace hvd

@@ -1,0 +1,68 @@
+// Copyright horovod_cpp authors.
+#include "transport/row_layout.h"
+
+#include <algorithm>
+
+namespace hvd {
+
+int64_t row_elements(const Shape& shape) {
+  return shape.empty() ? 1 : num_elements(Shape(shape.begin() + 1, shape.end()));
+}
+
+AllgatherPlan plan_allgather(const Response& r) {
+  AllgatherPlan p;
+  p.shape = r.shape;
+  p.shape[0] = 0;
+  p.bytes.resize(r.first_dims.size());
+  for (size_t k = 0; k < p.bytes.size(); ++k) {
+    p.shape[0] += r.first_dims[k];
+    p.bytes[k] = r.nbytes_for_rank(static_cast<int>(k));
+  }
+  return p;
+}
+
+int64_t alltoall_longest_block(const Response& r) {
+  const int64_t row_bytes = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+  int64_t rows = 0;
+  for (int64_t k : r.all_splits) rows = std::max(rows, k);
+  return rows * row_bytes;
+}
+
+AlltoallPlan plan_alltoall(const Response& r, int size, int rank) {
+  const size_t n = static_cast<size_t>(size);
+  const size_t me = static_cast<size_t>(rank);
+  const int64_t row_bytes = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+  AlltoallPlan p;
+  p.send_bytes.resize(n);
+  p.recv_bytes.resize(n);
+  p.recv_rows.resize(n);
+  p.recv_from.assign(n, 0);
+  // all_splits is the size x size matrix of rows: row i, column k = what member i sends to k.
+  for (size_t k = 0; k < n; ++k) {
+    p.send_bytes[k] = r.all_splits[me * n + k] * row_bytes;
+    p.recv_rows[k] = r.all_splits[k * n + me];
+    p.recv_bytes[k] = p.recv_rows[k] * row_bytes;
+    p.rows += p.recv_rows[k];
+    for (size_t j = 0; j < me; ++j) p.recv_from[k] += r.all_splits[k * n + j] * row_bytes;
+  }
+  return p;
+}
+
+bool ReducescatterSplit::equal() const {
+  return std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+}
+
+ReducescatterSplit split_reducescatter(const Response& r, int size) {
+  const int64_t dim0 = r.shape.at(0);
+  const int64_t row = row_elements(r.shape);
+  ReducescatterSplit s;
+  s.rows.resize(static_cast<size_t>(size));
+  s.counts.resize(static_cast<size_t>(size));
+  for (int k = 0; k < size; ++k) {
+    s.rows[static_cast<size_t>(k)] = dim0 / size + (k < dim0 % size ? 1 : 0);
+    s.counts[static_cast<size_t>(k)] = s.rows[static_cast<size_t>(k)] * row;
+  }
+  return s;
+}
+
+}  // namespace hvd

@@ -1,0 +1,78 @@
+// Copyright horovod_cpp authors.
+#include "transport/shm/gather_paths.h"
+
+#include <algorithm>
+
+namespace hvd {
+
+int GatherPaths::band(int64_t bytes) const {
+  if (min_bytes_ <= 0 || bytes < min_bytes_) return -1;
+  int b = 0;
+  for (int64_t edge = min_bytes_ * 4; b + 1 < kBands && bytes >= edge; edge *= 4) ++b;
+  return b;
+}
+
+bool GatherPaths::single_copy(Kind kind, int64_t bytes) {
+  const int b = band(bytes);
+  if (b < 0) return false;
+  const bool in_use = (agreed_ >> bit(kind, b)) & 1u;
+  const uint64_t n = calls_[kind][b]++;
+  // Calls 1-3 try the other way (the first call of each way is not counted: cold), then one
+  // call in every kExplorePeriod.
+  const bool explore = n == 2 || n == 3 || n % kExplorePeriod == 1;
+  return explore ? !in_use : in_use;
+}
+
+void GatherPaths::record(Kind kind, int64_t bytes, bool single, double seconds) {
+  const int b = band(bytes);
+  if (b < 0 || seconds <= 0.0) return;
+  const int w = single ? 1 : 0;
+  // The first call of each way and class is not counted: its pages and lines are cold.
+  const uint64_t n = samples_[kind][b][w]++;
+  if (n == 0) return;
+  double* ring = recent_[kind][b][w];
+  ring[(n - 1) % kWindow] = seconds / static_cast<double>(bytes);
+  const int filled = static_cast<int>(std::min<uint64_t>(n, kWindow));
+  costs_.c[kind][b][w] = *std::min_element(ring, ring + filled);
+}
+
+void GatherPaths::fold_slowest(const Costs& peer, Costs* slowest) {
+  for (int k = 0; k < kKinds; ++k) {
+    for (int b = 0; b < kBands; ++b) {
+      for (int w = 0; w < 2; ++w) {
+        double& s = slowest->c[k][b][w];
+        const double p = peer.c[k][b][w];
+        s = s == 0.0 || p == 0.0 ? 0.0 : std::max(s, p);
+      }
+    }
+  }
+}
+
+uint32_t GatherPaths::votes(const Costs& slowest) {
+  if (test_state_ != 0) {  // xorshift64: a different mask each cycle, different per seed
+    test_state_ ^= test_state_ << 13;
+    test_state_ ^= test_state_ >> 7;
+    test_state_ ^= test_state_ << 17;
+    return static_cast<uint32_t>(test_state_) & ((1u << kVoteBits) - 1);
+  }
+  uint32_t v = 0;
+  for (int k = 0; k < kKinds; ++k) {
+    for (int b = 0; b < kBands; ++b) {
+      const double two = slowest.c[k][b][0], one = slowest.c[k][b][1];
+      // Two copies until both ways are known from kMinSamples calls each.
+      if (two == 0.0 || one == 0.0 || samples_[k][b][0] <= kMinSamples ||
+          samples_[k][b][1] <= kMinSamples) {
+        continue;
+      }
+      const int i = bit(static_cast<Kind>(k), b);
+      const bool in_use = (agreed_ >> i) & 1u;
+      // Two copies are the default: single copies take over only for a clear gain, and give
+      // way as soon as two copies are faster again.
+      const bool single = in_use ? one <= two : one * kSwitchGain < two;
+      if (single) v |= 1u << i;
+    }
+  }
+  return v;
+}
+
+}  // namespace hvd

@@ -1,0 +1,242 @@
+// Copyright horovod_cpp authors.
+#include "transport/shm/shm_transport.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "kernels/host/cpu_ops.h"
+#include "transport/row_layout.h"
+#include "transport/shm/shm_allreduce.h"
+#include "transport/shm/shm_setup.h"
+#include "common/logging.h"
+#include "coordination/controller.h"
+
+namespace hvd {
+namespace {
+
+int64_t now_micros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+static_assert(GatherPaths::kVoteBits <= Controller::kVoteBits,
+              "the measured paths' votes must fit the cycle's vote bits");
+
+class ShmTransport : public Transport {
+ public:
+  ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes,
+               int64_t gather_max_bytes)
+      : shm_(std::move(shm)),
+        rank_(rank),
+        size_(size),
+        min_bytes_(min_bytes),
+        gather_max_bytes_(gather_max_bytes) {}
+  const char* name() const override { return "shm"; }
+  bool accepts(const Batch& b) const override {
+    if (!b.device.is_cpu()) return false;
+    switch (b.op) {
+      case OpType::kAllreduce: return b.bytes >= min_bytes_;
+      // Never fused; present on every rank (a joined rank fails these before a transport).
+      case OpType::kReducescatter: return b.bytes >= min_bytes_ && b.tensors.size() == 1;
+      case OpType::kBroadcast:
+        return b.tensors.size() == 1 && b.root >= 0 && gather_sized(b.bytes);
+      case OpType::kAllgather:
+      case OpType::kAlltoall:
+        return b.tensors.size() == 1 && gather_sized(bytes_per_rank(b.first()));
+      default: return false;
+    }
+  }
+  uint32_t path_votes() override { return shm_->path_votes(); }
+  void set_agreed_paths(uint32_t votes) override { shm_->paths().set_agreed(votes); }
+  void run(Batch& b) override {
+    const int64_t t0 = b.phase ? now_micros() : 0;
+    BatchOutcome out;  // an allreduce or broadcast allocates no results: out.results stays empty
+    const Response& r = b.first();
+    const char* phase = "SHM_ALLREDUCE";
+    switch (b.op) {
+      case OpType::kAllreduce: out.status = allreduce(b); break;
+      case OpType::kReducescatter:
+        phase = "SHM_REDUCESCATTER";
+        out.results.resize(1);
+        out.status = reducescatter(b, &out.results[0]);
+        break;
+      case OpType::kBroadcast:
+        phase = "SHM_BROADCAST";
+        out.status = shm_->broadcast(b.tensors[0].output.data, b.tensors[0].nbytes(), b.root);
+        break;
+      case OpType::kAllgather:
+        phase = "SHM_ALLGATHER";
+        out.results.resize(1);
+        out.status = allgather(b, &out.results[0]);
+        break;
+      case OpType::kAlltoall:
+        phase = "SHM_ALLTOALL";
+        out.results.resize(1);
+        out.status = alltoall(b, &out.results[0]);
+        break;
+      default: out.status = Status::Backend("the shm transport does not run this collective");
+    }
+    if (!out.status.ok() && b.op != OpType::kAllreduce) {  // allreduce names its tensors itself
+      out.status = Status(out.status.code(), std::string(op_type_name(b.op)) + " '" + r.name +
+                                                 "': " + out.status.message());
+    }
+    if (b.phase) {
+      const int64_t t1 = now_micros();
+      for (const BatchTensor& t : b.tensors) b.phase(t.response->name, phase, t0, t1, "");
+    }
+    b.done(std::move(out));
+  }
+
+ private:
+  bool gather_sized(int64_t bytes) const { return bytes <= gather_max_bytes_; }
+  /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
+  int64_t bytes_per_rank(const Response& r) const {
+    const int64_t row = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+    int64_t rows = 0;
+    for (int64_t d : r.op == OpType::kAllgather ? r.first_dims : r.all_splits) rows += d;
+    return saturating_mul(rows, row) / size_;
+  }
+  Status allreduce(Batch& b);
+  Status reducescatter(Batch& b, TensorResult* out);
+  Status allgather(Batch& b, TensorResult* out);
+  Status alltoall(Batch& b, TensorResult* out);
+  /// The factor and integer divisor that finish a reduction (Average, postscale).
+  void finish_factors(const Response& r, double* scale, int64_t* divisor) const;
+  unsigned char* zeros(int64_t bytes) {
+    if (static_cast<int64_t>(zeros_.size()) < bytes) zeros_.resize(static_cast<size_t>(bytes));
+    std::memset(zeros_.data(), 0, static_cast<size_t>(bytes));
+    return zeros_.data();
+  }
+
+  std::unique_ptr<ShmAllreduce> shm_;
+  std::vector<Segment> segs_;  // allreduce(): the batch's segments, room kept between calls
+  const int rank_;
+  const int size_;
+  const int64_t min_bytes_;
+  const int64_t gather_max_bytes_;
+  std::vector<unsigned char> zeros_;  // the contribution of tensors a joined rank lacks
+};
+
+Status ShmTransport::allreduce(Batch& b) {
+  const Response& r0 = b.first();
+  int64_t absent_bytes = 0;
+  for (const BatchTensor& t : b.tensors) {
+    if (!t.present) absent_bytes += t.response->nbytes_for_rank(0);
+  }
+  unsigned char* zero = absent_bytes ? zeros(absent_bytes) : nullptr;
+  std::vector<Segment>& segs = segs_;  // kept between calls (see ShmAllreduce::starts_)
+  segs.clear();
+  segs.reserve(b.tensors.size());
+  for (const BatchTensor& t : b.tensors) {
+    const int64_t count = num_elements(t.response->shape);
+    if (!t.present) {  // joined: zeros in, result dropped
+      segs.push_back({zero, count});
+      zero += count * static_cast<int64_t>(dtype_size(r0.dtype));
+      continue;
+    }
+    if (t.output.data != t.input.data) {
+      std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.nbytes()));
+    }
+    scale_buffer(t.output.data, count, r0.dtype, r0.prescale);
+    segs.push_back({t.output.data, count});
+  }
+  double scale = 1.0;
+  int64_t divisor = 1;
+  finish_factors(r0, &scale, &divisor);
+  Status s = shm_->allreduce(segs, r0.dtype, r0.reduce_op, scale, divisor);
+  if (!s.ok()) {
+    return Status(s.code(), "allreduce '" + r0.name + "'" + (b.tensors.size() > 1 ? " (fused)" : "") +
+                                ": " + s.message());
+  }
+  return Status::OK();
+}
+
+void ShmTransport::finish_factors(const Response& r, double* scale, int64_t* divisor) const {
+  *scale = r.postscale;
+  *divisor = 1;
+  if (r.reduce_op == ReduceOp::kAverage) {
+    *scale /= static_cast<double>(size_);
+    *divisor = size_;
+  }
+  if (!is_floating_point(r.dtype)) {  // integers: scaled (in double) only with a postscale
+    if (r.postscale == 1.0) {
+      *scale = 1.0;
+    } else {
+      *divisor = 1;
+    }
+  }
+}
+
+Status ShmTransport::reducescatter(Batch& b, TensorResult* out) {
+  const Response& r = b.first();
+  const ReducescatterSplit split = split_reducescatter(r, size_);
+  const std::vector<int64_t>& counts = split.counts;
+  Shape out_shape = r.shape;
+  out_shape[0] = split.rows[static_cast<size_t>(rank_)];
+  Tensor result = Tensor::empty(r.dtype, out_shape);  // every element is written
+  double scale = 1.0;
+  int64_t divisor = 1;
+  finish_factors(r, &scale, &divisor);
+  Status s = shm_->reducescatter(b.tensors[0].input.data, result.data(), counts, r.dtype,
+                                 r.reduce_op, r.prescale, scale, divisor);
+  HVD_RETURN_IF_ERROR(s);
+  out->has_tensor = true;
+  out->tensor = std::move(result);
+  return Status::OK();
+}
+
+Status ShmTransport::allgather(Batch& b, TensorResult* out) {
+  const Response& r = b.first();
+  const AllgatherPlan plan = plan_allgather(r);
+  Tensor result = Tensor::empty(r.dtype, plan.shape);  // every byte is written
+  HVD_RETURN_IF_ERROR(shm_->allgatherv(b.tensors[0].input.data, result.data(), plan.bytes));
+  out->has_tensor = true;
+  out->tensor = std::move(result);
+  return Status::OK();
+}
+
+Status ShmTransport::alltoall(Batch& b, TensorResult* out) {
+  const Response& r = b.first();
+  AlltoallPlan plan = plan_alltoall(r, size_, rank_);
+  Shape shape = r.shape;
+  shape[0] = plan.rows;
+  Tensor result = Tensor::empty(r.dtype, shape);  // every byte is written
+  HVD_RETURN_IF_ERROR(shm_->alltoallv(b.tensors[0].input.data, plan.send_bytes, result.data(),
+                                      plan.recv_bytes, plan.recv_from,
+                                      alltoall_longest_block(r)));
+  out->has_tensor = true;
+  out->tensor = std::move(result);
+  out->splits = std::move(plan.recv_rows);
+  return Status::OK();
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
+  const Config& config = *ctx.config;
+  if (!config.shm_enabled) return nullptr;
+  std::string why_not;
+  std::unique_ptr<ShmAllreduce> shm =
+      make_shm_allreduce(*ctx.bootstrap, ctx.set_id, config.shm_chunk_bytes,
+                         config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
+                         config.shm_single_copy_max_bytes, config.shm_measured_min_bytes,
+                         config.test_shm_path_votes
+                             ? 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.layout.rank + 1)
+                             : 0,
+                         &why_not, test_host(ctx));
+  if (shm) shm->set_yield_core(ctx.cores_shared);
+  if (!shm) {
+    if (ctx.layout.size > 1) {
+      HVD_LOG(kInfo) << "process set " << ctx.set_id << ": shared-memory allreduce unavailable ("
+                     << why_not << "); CPU allreduces use MPI";
+    }
+    return nullptr;
+  }
+  const int64_t gather_max =
+      config.shm_gather_max_bytes > 0 ? config.shm_gather_max_bytes : INT64_MAX;
+  return std::make_unique<ShmTransport>(std::move(shm), ctx.layout.rank, ctx.layout.size,
+                                        config.shm_min_bytes, gather_max);
+}
+
+}  // namespace hvd
