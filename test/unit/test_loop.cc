@@ -37,46 +37,66 @@ struct Op {
   std::shared_ptr<detail::HandleState> handle;
 };
 
-TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
-                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part = 0) {
-  TensorEntry e;
+// A tensor to submit, owning what a TensorSubmit points to (as the API's Submission does):
+// its request's fields, its view (in place) and its handle.
+struct Entry {
+  Request request;
+  TensorView input;
+  std::shared_ptr<detail::HandleState> handle;
+};
+
+Entry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
+            Shape shape, const std::shared_ptr<detail::HandleState>& handle) {
+  Entry e;
   e.request.rank = rank;
   e.request.op = op;
   e.request.name = name;
   e.request.dtype = dtype;
-  e.request.shape = shape;
   e.input = TensorView(data, dtype, shape);
-  e.output = e.input;
   e.handle = handle;
-  e.part = part;
   return e;
 }
 
+// Submits `es` as one submission (a group if they carry a group key), all completing the
+// first one's handle: ProcessSetState::enqueue()'s status.
+Status enqueue(ProcessSetState& set, std::vector<Entry>& es) {
+  std::vector<TensorSubmit> ts;
+  for (Entry& e : es) {
+    TensorSubmit& t = ts.emplace_back(e.request.op, &e.request.name, &e.input, nullptr);
+    t.reduce_op = e.request.reduce_op;
+    t.root = e.request.root;
+    if (!e.request.splits.empty()) t.splits = &e.request.splits;
+  }
+  SubmitCommon c;
+  c.handle = es.front().handle;
+  if (!es.front().request.group.empty()) c.group = &es.front().request.group;
+  return set.enqueue(ts.data(), ts.size(), c);
+}
+
 // Submits one tensor on `set`; throws if the submission is refused.
-std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e) {
+std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, Entry e) {
   auto h = e.handle ? e.handle : std::make_shared<detail::HandleState>(e.request.name, 1);
   e.handle = h;
-  std::vector<TensorEntry> v;
+  std::vector<Entry> v;
   v.push_back(std::move(e));
-  throw_if_error(set.enqueue(std::move(v)));
+  throw_if_error(enqueue(set, v));
   return h;
 }
 
-// Submits one float tensor of `len` elements through enqueue_one() (the API's path for a
-// plain CPU allreduce); out-of-place into `out` if given. Throws if refused.
+// Submits one float tensor of `len` elements as the API submits a plain CPU allreduce (one
+// TensorSubmit, the caller's views by pointer); out-of-place into `out` if given. Throws if
+// refused.
 std::shared_ptr<detail::HandleState> submit_one(ProcessSetState& set, const std::string& name,
                                                 float* data, int64_t len, float* out = nullptr,
                                                 ReduceOp op = ReduceOp::kSum) {
   TensorView in(data, DataType::kFloat32, {len});
   TensorView output(out, DataType::kFloat32, {});  // the API drops a checked output's shape
-  ProcessSetState::Single t;
-  t.name = &name;
-  t.input = &in;
-  t.output = out ? &output : nullptr;
+  TensorSubmit t(OpType::kAllreduce, &name, &in, out ? &output : nullptr);
   t.reduce_op = op;
   auto h = std::make_shared<detail::HandleState>(name, 1);
-  t.handle = h;
-  throw_if_error(set.enqueue_one(std::move(t)));
+  SubmitCommon c;
+  c.handle = h;
+  throw_if_error(set.enqueue(&t, 1, c));
   return h;
 }
 
@@ -132,7 +152,7 @@ TEST_CASE("loop: allreduces submitted in different orders complete with the righ
       auto& b = bufs[static_cast<size_t>(t)];
       b.resize(kLen);
       for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, t, i);
-      TensorEntry e = entry(rank, OpType::kAllreduce, "grad." + std::to_string(t), b.data(),
+      Entry e = entry(rank, OpType::kAllreduce, "grad." + std::to_string(t), b.data(),
                             DataType::kFloat32, {kLen}, nullptr);
       e.request.reduce_op = t % 3 == 0 ? ReduceOp::kAverage : ReduceOp::kSum;
       hs[static_cast<size_t>(t)] = submit(sets.set(rank), std::move(e));
@@ -218,13 +238,13 @@ TEST_CASE("loop: allgather, broadcast, alltoall, reducescatter, barrier through 
                                 {rank + 1, 3}, nullptr));
     // broadcast from the last rank.
     std::vector<double> bc(5, rank);
-    TensorEntry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64, {5}, nullptr);
+    Entry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64, {5}, nullptr);
     eb.request.root = n - 1;
     auto hb = submit(set, std::move(eb));
     // alltoall: one row of 2 floats to each rank.
     std::vector<float> a2a(static_cast<size_t>(n * 2));
     for (size_t i = 0; i < a2a.size(); ++i) a2a[i] = static_cast<float>(rank * 10 + static_cast<int>(i));
-    TensorEntry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32, {n, 2}, nullptr);
+    Entry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32, {n, 2}, nullptr);
     ea.request.splits.assign(static_cast<size_t>(n), 1);
     auto ha = submit(set, std::move(ea));
     // reducescatter (sum) of 2n rows of 1.
@@ -274,18 +294,18 @@ TEST_CASE("loop: a group is fused into one reduction; threshold 0 runs one per t
   const std::string err = on_ranks(n, [&](int rank) {
     std::vector<std::vector<float>> bufs(kTensors);
     auto h = std::make_shared<detail::HandleState>("group", kTensors);
-    std::vector<TensorEntry> es;
+    std::vector<Entry> es;
     for (int t = 0; t < kTensors; ++t) {
       auto& b = bufs[static_cast<size_t>(t)];
       b.resize(static_cast<size_t>(t + 1));
       for (int i = 0; i <= t; ++i) b[static_cast<size_t>(i)] = value(rank, t, i);
-      TensorEntry e = entry(rank, OpType::kAllreduce, "f." + std::to_string(t), b.data(),
-                            DataType::kFloat32, {t + 1}, h, t);
+      Entry e = entry(rank, OpType::kAllreduce, "f." + std::to_string(t), b.data(),
+                      DataType::kFloat32, {t + 1}, h);
       e.request.group = "g";
       e.request.group_size = kTensors;
       es.push_back(std::move(e));
     }
-    throw_if_error(sets.set(rank).enqueue(std::move(es)));
+    throw_if_error(enqueue(sets.set(rank), es));
     require_ok(h);
     for (int t = 0; t < kTensors; ++t) {
       check_all("f." + std::to_string(t), bufs[static_cast<size_t>(t)].data(), t + 1, [&](int64_t i) {
@@ -365,15 +385,16 @@ TEST_CASE("loop: a name still pending is refused, also once the table's nodes ar
     auto h0 = submit(sets.set(0), entry(0, OpType::kAllreduce, "x", a0.data(),
                                         DataType::kFloat32, {4}, nullptr));
     // Rank 1 has not submitted "x": it stays pending on rank 0, so a second "x" is refused.
-    std::vector<TensorEntry> again;
+    std::vector<Entry> again;
     again.push_back(entry(0, OpType::kAllreduce, "x", b0.data(), DataType::kFloat32, {4},
                           std::make_shared<detail::HandleState>("x", 1)));
-    const Status s = sets.set(0).enqueue(std::move(again));
+    const Status s = enqueue(sets.set(0), again);
     CHECK(s.code() == ErrorCode::kInvalidArgument);
     CHECK(s.message().find("still pending") != std::string::npos);
     REQUIRE(again.size() == 1);  // the caller keeps its refused entry, intact
     CHECK(again[0].request.name == "x");
     CHECK(again[0].input.data == b0.data());
+    CHECK(again[0].input.shape == Shape{4});
     CHECK(again[0].handle != nullptr);
     auto h1 = submit(sets.set(1), entry(1, OpType::kAllreduce, "x", a1.data(),
                                         DataType::kFloat32, {4}, nullptr));
@@ -445,10 +466,10 @@ TEST_CASE("loop: a name whose place is the guessed one is refused while it is pe
   auto b0 = submit_named(0, "b", 10.0f);
   auto a0 = submit_named(0, "a", 20.0f);
   float other[3] = {7, 7, 7};
-  std::vector<TensorEntry> again;
+  std::vector<Entry> again;
   again.push_back(entry(0, OpType::kAllreduce, "b", other, DataType::kFloat32, {3},
                         std::make_shared<detail::HandleState>("b", 1)));
-  const Status s = sets.set(0).enqueue(std::move(again));
+  const Status s = enqueue(sets.set(0), again);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
   CHECK(s.message().find("still pending") != std::string::npos);
   auto b1 = submit_named(1, "b", 1.0f);
@@ -643,10 +664,10 @@ TEST_CASE("loop: a transport that throws fails the batch's handles by name and s
   CHECK_THAT(pending_fatal(), Catch::Contains("background thread of global rank") &&
                                   Catch::Contains("allreduce 'huge'"));
   std::vector<float> c(4, 1.0f);
-  std::vector<TensorEntry> v;
+  std::vector<Entry> v;
   v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
                     std::make_shared<detail::HandleState>("later", 1)));
-  CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
+  CHECK(enqueue(sets.set(0), v).code() == ErrorCode::kShutdown);
   sets.shutdown();
   clear_fatal();  // this simulated job is over; the rest of the process runs on
 }
@@ -686,15 +707,16 @@ TEST_CASE("loop: one rank's shutdown fails every rank's pending work with a Shut
   // A stopped set refuses new work at once.
   std::vector<float> c(4, 1.0f);
   sets.shutdown();
-  std::vector<TensorEntry> v;
+  std::vector<Entry> v;
   v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
                     std::make_shared<detail::HandleState>("later", 1)));
-  CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
+  CHECK(enqueue(sets.set(0), v).code() == ErrorCode::kShutdown);
 }
 
-TEST_CASE("loop: tensors put straight into their places (enqueue_one) mix with entries", "[loop]") {
-  // Each step, every rank submits six tensors: even ones through enqueue_one() (in place, or
-  // out of place into a second buffer), odd ones as entries through enqueue(), in an order
+TEST_CASE("loop: one-tensor submissions as the API makes them mix with entries", "[loop]") {
+  // Each step, every rank submits six tensors: even ones as the API submits one tensor
+  // (submit_one(): in place, or out of place into a second buffer), odd ones as test entries
+  // through enqueue(), in an order
   // that differs by rank, so both kinds share cycles and fused batches. Every element of
   // every result is checked against the sum (or average) of the ranks' values.
   const int n = GENERATE(2, 3);
@@ -743,7 +765,7 @@ TEST_CASE("loop: tensors put straight into their places (enqueue_one) mix with e
   CHECK(err.empty());
 }
 
-TEST_CASE("loop: enqueue_one refuses a pending name and a stopped set, taking nothing", "[loop]") {
+TEST_CASE("loop: a one-tensor submission is refused for a pending name and a stopped set, taking nothing", "[loop]") {
   InProcessSets sets(2, test_config());
   std::vector<float> a0(4, 1.0f), a1(4, 2.0f), b0(4, 9.0f);
   auto h0 = submit_one(sets.set(0), "x", a0.data(), 4);
@@ -752,25 +774,21 @@ TEST_CASE("loop: enqueue_one refuses a pending name and a stopped set, taking no
   const std::string x = "x";
   TensorView again(b0.data(), DataType::kFloat32, {4});
   auto h_again = std::make_shared<detail::HandleState>("x", 1);
-  ProcessSetState::Single t;
-  t.name = &x;
-  t.input = &again;
-  t.handle = h_again;
-  Status s = sets.set(0).enqueue_one(std::move(t));
+  TensorSubmit t(OpType::kAllreduce, &x, &again, nullptr);
+  SubmitCommon c;
+  c.handle = h_again;
+  Status s = sets.set(0).enqueue(&t, 1, c);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
   CHECK(s.message().find("'x'") != std::string::npos);
   CHECK(s.message().find("still pending") != std::string::npos);
   CHECK(again.data == b0.data());
   CHECK(again.shape == Shape{4});
-  CHECK(t.handle == h_again);
+  CHECK(c.handle == h_again);
   auto h1 = submit_one(sets.set(1), "x", a1.data(), 4);
   require_pending_ran_refused_not(h0, h1, a0, a1, b0);
   sets.shutdown();
-  ProcessSetState::Single late;
-  late.name = &x;
-  late.input = &again;
-  late.handle = h_again;
-  s = sets.set(0).enqueue_one(std::move(late));
+  TensorSubmit late(OpType::kAllreduce, &x, &again, nullptr);
+  s = sets.set(0).enqueue(&late, 1, c);
   CHECK(s.code() == ErrorCode::kShutdown);
   CHECK(s.message().find("allreduce 'x' rejected") != std::string::npos);
   CHECK(again.shape == Shape{4});
