@@ -19,6 +19,7 @@
 #include "common/name_index.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
+#include "core/submission.h"
 #include "core/timeline.h"
 #include "horovod_cpp/api.h"
 #include "horovod_cpp_build_config.h"
@@ -43,294 +44,9 @@ std::shared_ptr<Runtime> runtime_or_throw(const char* what) {
   return rt;
 }
 
-std::string describe(const TensorSubmit& t) {
-  return std::string(op_type_name(t.op)) + " '" + *t.name + "'";
-}
-
-// The conditions of the argument checks, each written once: the checks below throw naming
-// the tensor when one holds.
-bool negative_dimension(const Shape& shape) {
-  return std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; });
-}
-bool data_missing(const void* data, const Shape& shape) {
-  return data == nullptr && num_elements(shape) > 0;
-}
-// Integer tensors are scaled in double and truncated (Horovod's rule) on the CPU; the GPU
-// kernels scale floating types only.
-bool scaling_unsupported(DataType dtype, const Device& device, double pre, double post) {
-  return (pre != 1.0 || post != 1.0) && !is_floating_point(dtype) &&
-         (dtype == DataType::kBool || device.is_cuda());
-}
-
-// One submission being built: the runtime, the target set and its tensors, then submit(),
-// the one route into the set's table (ProcessSetState::enqueue) for every call. A call of one
-// tensor keeps it in the Submission itself (the caller's views by pointer, nothing per
-// thread); a group's members and their copied views live in per-thread lists.
-class Submission {
- public:
-  Submission(const char* what, ProcessSet set) : rt_(runtime_or_throw(what)) {
-    // The global set lives as long as the runtime (held by rt_): no reference to count.
-    set_ = set.id == 0 ? rt_->global_set() : nullptr;
-    if (!set_) {
-      Status s = rt_->find_set(set.id, &held_set_);
-      if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
-      set_ = held_set_.get();
-    }
-  }
-  ~Submission() {
-    if (room_ == nullptr) return;
-    // Empties the per-thread lists for the thread's next group, keeping their room (a large
-    // group's views are not worth keeping).
-    room_->items.clear();
-    room_->views.clear();
-    room_->names.clear();
-    room_->unnamed.clear();
-    if (room_->views.capacity() > kSpareMembers) {
-      std::vector<TensorView>().swap(room_->views);
-      std::vector<TensorSubmit>().swap(room_->items);
-    }
-    if (room_->seen_used) room_->seen.clear();
-    room_->seen_used = false;
-  }
-  Submission(const Submission&) = delete;
-  Submission& operator=(const Submission&) = delete;
-  Runtime& rt() { return *rt_; }
-  ProcessSetState& set() { return *set_; }
-
-  /// Adds the tensor of a one-tensor call: `in`, which the caller gives up (its shape becomes
-  /// the request's: each Shape copy would be a heap allocation, and a tiny tensor's
-  /// submission is dominated by them), and `out` (null: in place), whose shape the caller
-  /// drops once checked (the place's views keep no shape; BatchTensor sizes come from the
-  /// agreed response). Returns it for the caller to complete and check.
-  TensorSubmit& add(OpType op, const std::string& name, TensorView* in, TensorView* out) {
-    one_ = TensorSubmit(op, name_for(op, name, &one_name_, 0), in, out);
-    items_ = &one_;
-    n_ = 1;
-    checked(one_);
-    return one_;
-  }
-
-  /// Makes room for a group of `n` members (before any add_member()).
-  void begin_group(size_t n) {
-    room_ = &group_room();
-    room_->items.reserve(n);  // the members point into these: no reallocation after this
-    room_->views.reserve(n);
-    room_->names.reserve(n);
-    grouped_ = true;
-  }
-  /// Adds a member of a group: a copy of `t`. Only the first of two members of one name is
-  /// submitted (names are unique per set); a second one is checked, then dropped.
-  TensorSubmit& add_member(OpType op, const std::string& name, const TensorView& t) {
-    const bool duplicate = !name.empty() && !unique_name(name);
-    if (duplicate) {
-      dropped_view_ = t;
-      dropped_ = TensorSubmit(op, &name, &dropped_view_, nullptr);
-      note_error(describe(dropped_) + ": the name appears twice in the group");
-      return dropped_;
-    }
-    const size_t index = room_->items.size();
-    TensorView* view = &room_->views.emplace_back(t);
-    TensorSubmit& m = room_->items.emplace_back(
-        op, name_for(op, name, nullptr, index), view, nullptr);
-    items_ = room_->items.data();
-    n_ = room_->items.size();
-    checked(m);
-    return m;
-  }
-
-  /// Runs a check that throws InvalidArgumentError; a failure is kept (the first one wins)
-  /// and reported by submit() on every rank.
-  template <typename Fn>
-  void check(Fn&& fn) {
-    try {
-      fn();
-    } catch (const InvalidArgumentError& e) {
-      note_error(e.what());
-    }
-  }
-  /// Records a local failure: submit() sends the tensors as failed and throws it.
-  void note_error(const std::string& why) {
-    if (error_.empty()) error_ = why;
-  }
-  /// Room for an alltoall's splits, moved into its request.
-  std::vector<int64_t>* splits() { return &splits_; }
-
-  Handle submit(const std::string& handle_name) {
-    // Unnamed calls are numbered here, every call, rejected or not: a call rejected on one
-    // rank is still sent (marked failed) and pairs with the other ranks' same call.
-    bool unnamed = false;
-    if (room_ == nullptr) {
-      if (!one_name_.empty()) {
-        one_name_ = set_->auto_name(one_.op);
-        unnamed = true;
-      }
-    } else {
-      for (size_t i : room_->unnamed) {
-        room_->names[i] = set_->auto_name(room_->items[i].op);
-        unnamed = true;
-      }
-    }
-    SubmitCommon common;
-    if (grouped_) {
-      group_key_ = group_key();
-      common.group = &group_key_;
-    }
-    if (!error_.empty()) {
-      // Sent anyway, marked failed: every other rank's matching call fails naming this rank
-      // and the reason, instead of waiting for a tensor this rank will never send. The handle
-      // behind them is this call's own, which nobody waits on.
-      common.handle = std::make_shared<detail::HandleState>(*items_[0].name, static_cast<int>(n_));
-      common.error = &error_;
-      for (size_t i = 0; i < n_; ++i) {
-        items_[i].input->data = nullptr;
-        items_[i].input->stream = nullptr;
-        items_[i].output = nullptr;
-      }
-      Status sent = set_->enqueue(items_, n_, common);
-      if (!sent.ok()) {
-        HVD_LOG(kDebug) << "a locally failed submission was not sent: " << sent.message();
-      }
-      throw InvalidArgumentError(error_);
-    }
-    auto state = make_pooled<detail::HandleState>(unnamed ? *items_[0].name : handle_name,
-                                                  static_cast<int>(n_));
-    state->set_driver(set_->as_driver());  // an untimed wait runs the set's cycles itself
-    common.handle = state;
-    common.enqueue_us = rt_->timeline()->enabled() ? now_us() : 0;
-    throw_if_error(set_->enqueue(items_, n_, common));
-    state_ = state.get();
-    return Handle(std::move(state));  // moved, not copied: each reference count is an atomic
-  }
-  /// The state behind the last submit() (for results the public Handle does not expose),
-  /// valid while that Handle lives.
-  detail::HandleState* state() const { return state_; }
-  Handle submit() { return submit(*items_[0].name); }
-
- private:
-  /// The tensor's name: `name`, or for an unnamed call a placeholder (for messages) in
-  /// `*storage` (a group's: its member `index`'s room), numbered at submit().
-  const std::string* name_for(OpType op, const std::string& name, std::string* storage,
-                              size_t index) {
-    if (!name.empty()) return &name;
-    if (storage == nullptr) {
-      room_->unnamed.push_back(index);
-      storage = &room_->names.emplace_back();
-    }
-    *storage = std::string(op_type_name(op)) + ".noname";
-    return storage;
-  }
-
-  /// The local checks every tensor gets, and a CUDA tensor's device check.
-  void checked(TensorSubmit& t) {
-    check([&] { check_input(t, *t.input); });
-    if (t.input->device.is_cuda()) {
-      // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must
-      // be on this rank's GPU, docs/gpu.md). A failed device check goes through the
-      // negotiation like every local error.
-      Status dev = set_->transports().check_device(t.input->device, describe(t));
-      if (!dev.ok()) note_error(dev.message());
-    }
-  }
-
-  /// A key that every rank derives alike from the op, the group's size and the members'
-  /// names (FNV-1a over them), so requests stay small however large the group: 15
-  /// characters, which std::string holds without an allocation (every member carries a copy,
-  /// and a thousand-member group's longer keys cost a malloc per member per step).
-  std::string group_key() const {
-    uint64_t h = 1469598103934665603ull;
-    const auto mix = [&h](unsigned char c) { h = (h ^ c) * 1099511628211ull; };
-    mix(static_cast<unsigned char>(items_[0].op));
-    for (size_t n = n_; n > 0; n >>= 8) mix(static_cast<unsigned char>(n & 0xff));
-    for (size_t i = 0; i < n_; ++i) {
-      for (unsigned char c : *items_[i].name) mix(c);
-      mix(0);  // the terminating zero byte
-    }
-    static const char kHex[] = "0123456789abcdef";
-    std::string key = "g";  // then the hash's low 56 bits in hex
-    for (int shift = 52; shift >= 0; shift -= 4) key += kHex[(h >> shift) & 0xf];
-    return key;
-  }
-
-  /// False if `name` was already added to this group. The index of names is filled only
-  /// when a second member is added.
-  bool unique_name(const std::string& name) {
-    if (room_->items.empty()) return true;
-    NameIndex& names = room_->seen;
-    if (!room_->seen_used) {
-      room_->seen_used = true;
-      for (size_t i = 0; i < room_->items.size(); ++i) {
-        if (std::find(room_->unnamed.begin(), room_->unnamed.end(), i) == room_->unnamed.end()) {
-          names.insert(*room_->items[i].name, 0);
-        }
-      }
-    }
-    return names.insert(name, 0);
-  }
-
-  // The input `t` (shape not yet moved) of tensor `q`.
-  static void check_input(const TensorSubmit& q, const TensorView& t) {
-    const char* role = "input";
-    if (negative_dimension(t.shape)) {
-      throw InvalidArgumentError(describe(q) + ": " + role + " has a negative dimension " +
-                                 shape_str(t.shape));
-    }
-    if (data_missing(t.data, t.shape)) {
-      throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
-    }
-    if (t.device.is_cuda() && !nccl_built()) {  // NCCL builds: checked in checked()
-      throw InvalidArgumentError(
-          describe(q) + ": " + role + " is on " + t.device.str() +
-          (cuda_built() ? "; CUDA tensors need a build of horovod_cpp with NCCL"
-                        : " but this build of horovod_cpp has no CUDA support"));
-    }
-  }
-
-  /// A group's per-thread lists.
-  struct GroupRoom {
-    std::vector<TensorSubmit> items;
-    std::vector<TensorView> views;    // the members' copied views
-    std::vector<std::string> names;   // unnamed members' names
-    std::vector<size_t> unnamed;      // which members those are
-    NameIndex seen;                   // the members' names, for duplicates
-    bool seen_used = false;           // `seen` holds this submission's names
-  };
-  static constexpr size_t kSpareMembers = 1024;
-  static GroupRoom& group_room() {
-    thread_local GroupRoom room;
-    return room;
-  }
-
-  std::shared_ptr<Runtime> rt_;
-  ProcessSetState* set_ = nullptr;
-  std::shared_ptr<ProcessSetState> held_set_;  // a set other than the global one
-  TensorSubmit one_;                           // a one-tensor call's tensor
-  std::string one_name_;                       // its placeholder, then number, if unnamed
-  TensorSubmit* items_ = nullptr;              // the tensors to submit
-  size_t n_ = 0;
-  GroupRoom* room_ = nullptr;                  // a group's lists; null for one tensor
-  TensorSubmit dropped_;                       // a group's duplicate member, never submitted
-  TensorView dropped_view_;
-  std::vector<int64_t> splits_;
-  std::string group_key_;
-  std::string error_;  // the first local failure; empty if none
-  bool grouped_ = false;
-  detail::HandleState* state_ = nullptr;
-};
-
-void set_reduction(TensorSubmit& q, ReduceOp op, double pre, double post) {
-  q.reduce_op = op;
-  q.prescale = pre;
-  q.postscale = post;
-  const DataType dtype = q.input->dtype;
-  if (dtype == DataType::kBool && op == ReduceOp::kAverage) {
-    throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
-  }
-  if (scaling_unsupported(dtype, q.input->device, pre, post)) {
-    throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
-                               "floating-point tensor" +
-                               (dtype == DataType::kBool ? "" : " on a CUDA device") + ", not " +
-                               dtype_name(dtype));
-  }
+// The submission of a call on `set` (throws if there is no runtime or no such set).
+Submission submission(const char* what, ProcessSet set) {
+  return Submission(what, runtime_or_throw(what), set.id);
 }
 
 // A grouped call's lists must pair up and be non-empty.
@@ -338,13 +54,6 @@ void check_group(const char* what, size_t names, size_t tensors) {
   if (names != tensors || tensors == 0) {
     throw InvalidArgumentError(std::string(what) + ": " + std::to_string(names) + " names for " +
                                std::to_string(tensors) + " tensors");
-  }
-}
-
-void check_not_scalar(const TensorSubmit& q) {
-  if (q.input->shape.empty()) {
-    throw InvalidArgumentError(describe(q) + ": needs at least one dimension (got a scalar; "
-                               "give it shape [1])");
   }
 }
 
@@ -445,7 +154,7 @@ namespace {
 // Both public overloads end here, giving up their by-value views (no further Shape copies).
 Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView* output,
                         const AllreduceOptions& options) {
-  Submission sub("allreduce", options.process_set);
+  Submission sub = submission("allreduce", options.process_set);
   TensorSubmit& q = sub.add(OpType::kAllreduce, name, &input, output);
   sub.check([&] {
     if (output) {
@@ -489,7 +198,7 @@ void allreduce(const std::string& name, TensorView input, TensorView output,
 Handle grouped_allreduce_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& tensors,
                                const AllreduceOptions& options) {
-  Submission sub("grouped_allreduce", options.process_set);
+  Submission sub = submission("grouped_allreduce", options.process_set);
   check_group("grouped_allreduce", names.size(), tensors.size());
   sub.begin_group(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -509,7 +218,7 @@ void grouped_allreduce(const std::vector<std::string>& names, const std::vector<
 // ---- allgather, broadcast, alltoall, reducescatter ------------------------------------------
 
 Handle allgather_async(const std::string& name, TensorView input, ProcessSet set) {
-  Submission sub("allgather", set);
+  Submission sub = submission("allgather", set);
   TensorSubmit& q = sub.add(OpType::kAllgather, name, &input, nullptr);
   sub.check([&] { check_not_scalar(q); });
   return sub.submit();
@@ -521,7 +230,7 @@ Tensor allgather(const std::string& name, TensorView input, ProcessSet set) {
 
 Handle grouped_allgather_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& inputs, ProcessSet set) {
-  Submission sub("grouped_allgather", set);
+  Submission sub = submission("grouped_allgather", set);
   check_group("grouped_allgather", names.size(), inputs.size());
   sub.begin_group(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -532,7 +241,7 @@ Handle grouped_allgather_async(const std::vector<std::string>& names,
 }
 
 Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank, ProcessSet set) {
-  Submission sub("broadcast", set);
+  Submission sub = submission("broadcast", set);
   TensorSubmit& q = sub.add(OpType::kBroadcast, name, &tensor, nullptr);
   q.root = root_rank;
   const auto& members = sub.set().ranks();
@@ -581,7 +290,7 @@ void check_alltoall(TensorSubmit& q, const TensorView& input, const std::vector<
 
 Handle alltoall_async(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
                       ProcessSet set) {
-  Submission sub("alltoall", set);
+  Submission sub = submission("alltoall", set);
   TensorSubmit& q = sub.add(OpType::kAlltoall, name, &input, nullptr);
   q.splits = sub.splits();
   sub.check([&] { check_alltoall(q, input, splits, sub.set().size()); });
@@ -599,7 +308,7 @@ AlltoallResult alltoall(const std::string& name, TensorView input, const std::ve
 
 Handle reducescatter_async(const std::string& name, TensorView input,
                            const ReducescatterOptions& options) {
-  Submission sub("reducescatter", options.process_set);
+  Submission sub = submission("reducescatter", options.process_set);
   TensorSubmit& q = sub.add(OpType::kReducescatter, name, &input, nullptr);
   sub.check([&] { check_reducescatter(q, options); });
   return sub.submit();
@@ -612,7 +321,7 @@ Tensor reducescatter(const std::string& name, TensorView input, const Reducescat
 Handle grouped_reducescatter_async(const std::vector<std::string>& names,
                                    const std::vector<TensorView>& inputs,
                                    const ReducescatterOptions& options) {
-  Submission sub("grouped_reducescatter", options.process_set);
+  Submission sub = submission("grouped_reducescatter", options.process_set);
   check_group("grouped_reducescatter", names.size(), inputs.size());
   sub.begin_group(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -625,7 +334,7 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
 // ---- join, barrier, timeline --------------------------------------------------------------
 
 int join() {
-  Submission sub("join", ProcessSet{});
+  Submission sub = submission("join", ProcessSet{});
   const std::string name = kJoinName;
   TensorView none(nullptr, DataType::kUInt8, {0});
   sub.add(OpType::kJoin, name, &none, nullptr);
@@ -635,7 +344,7 @@ int join() {
 }
 
 void barrier(ProcessSet set) {
-  Submission sub("barrier", set);
+  Submission sub = submission("barrier", set);
   const std::string name = "horovod_cpp.barrier";
   TensorView none(nullptr, DataType::kUInt8, {0});
   sub.add(OpType::kBarrier, name, &none, nullptr);
