@@ -155,7 +155,8 @@ namespace {
 Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView* output,
                         const AllreduceOptions& options) {
   Submission sub = submission("allreduce", options.process_set);
-  TensorSubmit& q = sub.add(OpType::kAllreduce, name, &input, output);
+  TensorSubmit q(OpType::kAllreduce, &name, &input, output);
+  sub.add(q);
   sub.check([&] {
     if (output) {
       const TensorView& in = input;
@@ -219,7 +220,8 @@ void grouped_allreduce(const std::vector<std::string>& names, const std::vector<
 
 Handle allgather_async(const std::string& name, TensorView input, ProcessSet set) {
   Submission sub = submission("allgather", set);
-  TensorSubmit& q = sub.add(OpType::kAllgather, name, &input, nullptr);
+  TensorSubmit q(OpType::kAllgather, &name, &input, nullptr);
+  sub.add(q);
   sub.check([&] { check_not_scalar(q); });
   return sub.submit();
 }
@@ -242,7 +244,8 @@ Handle grouped_allgather_async(const std::vector<std::string>& names,
 
 Handle broadcast_async(const std::string& name, TensorView tensor, int root_rank, ProcessSet set) {
   Submission sub = submission("broadcast", set);
-  TensorSubmit& q = sub.add(OpType::kBroadcast, name, &tensor, nullptr);
+  TensorSubmit q(OpType::kBroadcast, &name, &tensor, nullptr);
+  sub.add(q);
   q.root = root_rank;
   const auto& members = sub.set().ranks();
   if (std::find(members.begin(), members.end(), root_rank) == members.end()) {
@@ -291,7 +294,8 @@ void check_alltoall(TensorSubmit& q, const TensorView& input, const std::vector<
 Handle alltoall_async(const std::string& name, TensorView input, const std::vector<int64_t>& splits,
                       ProcessSet set) {
   Submission sub = submission("alltoall", set);
-  TensorSubmit& q = sub.add(OpType::kAlltoall, name, &input, nullptr);
+  TensorSubmit q(OpType::kAlltoall, &name, &input, nullptr);
+  sub.add(q);
   q.splits = sub.splits();
   sub.check([&] { check_alltoall(q, input, splits, sub.set().size()); });
   return sub.submit();
@@ -309,7 +313,8 @@ AlltoallResult alltoall(const std::string& name, TensorView input, const std::ve
 Handle reducescatter_async(const std::string& name, TensorView input,
                            const ReducescatterOptions& options) {
   Submission sub = submission("reducescatter", options.process_set);
-  TensorSubmit& q = sub.add(OpType::kReducescatter, name, &input, nullptr);
+  TensorSubmit q(OpType::kReducescatter, &name, &input, nullptr);
+  sub.add(q);
   sub.check([&] { check_reducescatter(q, options); });
   return sub.submit();
 }
@@ -337,7 +342,8 @@ int join() {
   Submission sub = submission("join", ProcessSet{});
   const std::string name = kJoinName;
   TensorView none(nullptr, DataType::kUInt8, {0});
-  sub.add(OpType::kJoin, name, &none, nullptr);
+  TensorSubmit q(OpType::kJoin, &name, &none, nullptr);
+  sub.add(q);
   const Handle h = sub.submit("join");
   h.wait();
   return static_cast<int>(sub.state()->value());  // the last rank to join (h keeps it)
@@ -347,7 +353,8 @@ void barrier(ProcessSet set) {
   Submission sub = submission("barrier", set);
   const std::string name = "horovod_cpp.barrier";
   TensorView none(nullptr, DataType::kUInt8, {0});
-  sub.add(OpType::kBarrier, name, &none, nullptr);
+  TensorSubmit q(OpType::kBarrier, &name, &none, nullptr);
+  sub.add(q);
   sub.submit("barrier").wait();
 }
 

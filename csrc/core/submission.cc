@@ -74,59 +74,57 @@ void check_not_scalar(const TensorSubmit& q) {
   }
 }
 
-Submission::Submission(const char* what, std::shared_ptr<Runtime> rt, int set_id)
-    : rt_(std::move(rt)) {
-  // The global set lives as long as the runtime (held by rt_): no reference to count.
-  set_ = set_id == 0 ? rt_->global_set() : nullptr;
-  if (!set_) {
-    Status s = rt_->find_set(set_id, &held_set_);
-    if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
-    set_ = held_set_.get();
-  }
+void Submission::find_set(const char* what, int set_id) {
+  Status s = rt_->find_set(set_id, &held_set_);
+  if (!s.ok()) throw InvalidArgumentError(std::string(what) + ": " + s.message());
+  set_ = held_set_.get();
 }
 
-Submission::~Submission() {
-  if (room_ == nullptr) return;
-  // Empties the per-thread lists for the thread's next group, keeping their room (a large
-  // group's views are not worth keeping).
-  room_->items.clear();
-  room_->views.clear();
-  room_->names.clear();
-  room_->unnamed.clear();
-  if (room_->views.capacity() > kSpareMembers) {
-    std::vector<TensorView>().swap(room_->views);
-    std::vector<TensorSubmit>().swap(room_->items);
+void Submission::release_room() {
+  // Emptied for the thread's next submission, keeping the lists' room (a large group's
+  // views are not worth keeping).
+  Room& r = *room_;
+  r.items.clear();
+  r.views.clear();
+  r.names.clear();
+  r.unnamed.clear();
+  r.splits.clear();
+  if (r.views.capacity() > kSpareMembers) {
+    std::vector<TensorView>().swap(r.views);
+    std::vector<TensorSubmit>().swap(r.items);
   }
-  if (room_->seen_used) room_->seen.clear();
-  room_->seen_used = false;
+  if (r.seen_used) r.seen.clear();
+  r.seen_used = false;
 }
 
-Submission::GroupRoom& Submission::group_room() {
-  thread_local GroupRoom room;
-  return room;
+Submission::Room& Submission::thread_room() {
+  thread_local Room r;
+  return r;
 }
 
 void Submission::begin_group(size_t n) {
-  room_ = &group_room();
-  room_->items.reserve(n);  // the members point into these: no reallocation after this
-  room_->views.reserve(n);
-  room_->names.reserve(n);
+  Room& r = room();
+  r.items.reserve(n);  // the members and names point into these: no reallocation after this
+  r.views.reserve(n);
+  r.names.reserve(n);
+  grouped_ = true;
 }
 
 TensorSubmit& Submission::add_member(OpType op, const std::string& name, const TensorView& t) {
+  Room& r = *room_;
   const bool duplicate = !name.empty() && !unique_name(name);
   if (duplicate) {
-    dropped_view_ = t;
-    dropped_ = TensorSubmit(op, &name, &dropped_view_, nullptr);
-    note_error(describe(dropped_) + ": the name appears twice in the group");
-    return dropped_;
+    r.dropped_view = t;
+    r.dropped = TensorSubmit(op, &name, &r.dropped_view, nullptr);
+    note_error(describe(r.dropped) + ": the name appears twice in the group");
+    return r.dropped;
   }
-  const size_t index = room_->items.size();
-  TensorView* view = &room_->views.emplace_back(t);
-  TensorSubmit& m = room_->items.emplace_back(
-      op, name_for(op, name, nullptr, index), view, nullptr);
-  items_ = room_->items.data();
-  n_ = room_->items.size();
+  const size_t index = r.items.size();
+  TensorView* view = &r.views.emplace_back(t);
+  TensorSubmit& m = r.items.emplace_back(op, &name, view, nullptr);
+  if (name.empty()) m.name = unnamed(op, index);
+  items_ = r.items.data();
+  n_ = r.items.size();
   checked(m);
   return m;
 }
@@ -134,22 +132,17 @@ TensorSubmit& Submission::add_member(OpType op, const std::string& name, const T
 Handle Submission::submit(const std::string& handle_name) {
   // Unnamed calls are numbered here, every call, rejected or not: a call rejected on one
   // rank is still sent (marked failed) and pairs with the other ranks' same call.
-  bool unnamed = false;
-  if (room_ == nullptr) {
-    if (!one_name_.empty()) {
-      one_name_ = set_->auto_name(one_.op);
-      unnamed = true;
-    }
-  } else {
-    for (size_t i : room_->unnamed) {
-      room_->names[i] = set_->auto_name(room_->items[i].op);
-      unnamed = true;
+  bool numbered = false;
+  if (room_ != nullptr) {
+    for (size_t k = 0; k < room_->unnamed.size(); ++k) {
+      room_->names[k] = set_->auto_name(items_[room_->unnamed[k]].op);
+      numbered = true;
     }
   }
   SubmitCommon common;
-  if (room_ != nullptr) {  // a group
-    group_key_ = group_key();
-    common.group = &group_key_;
+  if (grouped_) {
+    room_->group_key = group_key();
+    common.group = &room_->group_key;
   }
   if (!error_.empty()) {
     // Sent anyway, marked failed: every other rank's matching call fails naming this rank
@@ -168,7 +161,7 @@ Handle Submission::submit(const std::string& handle_name) {
     }
     throw InvalidArgumentError(error_);
   }
-  auto state = make_pooled<detail::HandleState>(unnamed ? *items_[0].name : handle_name,
+  auto state = make_pooled<detail::HandleState>(numbered ? *items_[0].name : handle_name,
                                                 static_cast<int>(n_));
   state->set_driver(set_->as_driver());  // an untimed wait runs the set's cycles itself
   common.handle = state;
@@ -178,13 +171,10 @@ Handle Submission::submit(const std::string& handle_name) {
   return Handle(std::move(state));  // moved, not copied: each reference count is an atomic
 }
 
-const std::string* Submission::name_for(OpType op, const std::string& name, std::string* storage,
-                                        size_t index) {
-  if (!name.empty()) return &name;
-  if (storage == nullptr) {
-    room_->unnamed.push_back(index);
-    storage = &room_->names.emplace_back();
-  }
+const std::string* Submission::unnamed(OpType op, size_t index) {
+  Room& r = room();
+  r.unnamed.push_back(index);
+  std::string* storage = &r.names.emplace_back();
   *storage = std::string(op_type_name(op)) + ".noname";
   return storage;
 }

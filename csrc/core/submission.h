@@ -40,24 +40,30 @@ void check_not_scalar(const TensorSubmit& q);
 class Submission {
  public:
   /// On the set `set_id` of `rt` (throws InvalidArgumentError, naming `what`, if none).
-  Submission(const char* what, std::shared_ptr<Runtime> rt, int set_id);
-  ~Submission();
+  Submission(const char* what, std::shared_ptr<Runtime> rt, int set_id) : rt_(std::move(rt)) {
+    // The global set lives as long as the runtime (held by rt_): no reference to count.
+    set_ = set_id == 0 ? rt_->global_set() : nullptr;
+    if (!set_) find_set(what, set_id);
+  }
+  ~Submission() {
+    if (room_ != nullptr) release_room();
+  }
   Submission(const Submission&) = delete;
   Submission& operator=(const Submission&) = delete;
   Runtime& rt() { return *rt_; }
   ProcessSetState& set() { return *set_; }
 
-  /// Adds the tensor of a one-tensor call: `in`, which the caller gives up (its shape becomes
-  /// the request's: each Shape copy would be a heap allocation, and a tiny tensor's
-  /// submission is dominated by them), and `out` (null: in place), whose shape the caller
-  /// drops once checked (the place's views keep no shape; BatchTensor sizes come from the
-  /// agreed response). Returns it for the caller to complete and check.
-  TensorSubmit& add(OpType op, const std::string& name, TensorView* in, TensorView* out) {
-    one_ = TensorSubmit(op, name_for(op, name, &one_name_, 0), in, out);
-    items_ = &one_;
+  /// Adds `t`, the tensor of a one-tensor call, which the caller keeps (built on its stack,
+  /// each field written once) until submit(): its input, which the caller gives up (its shape
+  /// becomes the request's: each Shape copy would be a heap allocation, and a tiny tensor's
+  /// submission is dominated by them), and its output (null: in place), whose shape the
+  /// caller drops once checked (the place's views keep no shape; BatchTensor sizes come from
+  /// the agreed response). An unnamed call's name is set here.
+  void add(TensorSubmit& t) {
+    if (t.name->empty()) t.name = unnamed(t.op, 0);
+    items_ = &t;
     n_ = 1;
-    checked(one_);
-    return one_;
+    checked(t);
   }
 
   /// Makes room for a group of `n` members (before any add_member()); they are negotiated
@@ -82,7 +88,7 @@ class Submission {
     if (error_.empty()) error_ = why;
   }
   /// Room for an alltoall's splits, moved into its request.
-  std::vector<int64_t>* splits() { return &splits_; }
+  std::vector<int64_t>* splits() { return &room().splits; }
 
   /// Numbers unnamed tensors, then submits; a handle named `handle_name` (or the first
   /// tensor's numbered name) completes when every tensor has. Throws the kept local failure
@@ -94,21 +100,31 @@ class Submission {
   detail::HandleState* state() const { return state_; }
 
  private:
-  /// A group's per-thread lists.
-  struct GroupRoom {
-    std::vector<TensorSubmit> items;
-    std::vector<TensorView> views;   // the members' copied views
-    std::vector<std::string> names;  // unnamed members' names
-    std::vector<size_t> unnamed;     // which members those are
-    NameIndex seen;                  // the members' names, for duplicates
-    bool seen_used = false;          // `seen` holds this submission's names
+  /// What only some submissions need, in per-thread lists (taken by room(), emptied by
+  /// release_room() for the thread's next submission): a one-tensor call needs none of it
+  /// unless it is unnamed or an alltoall.
+  struct Room {
+    std::vector<TensorSubmit> items;  // a group's members
+    std::vector<TensorView> views;    // their copied views
+    std::vector<std::string> names;   // unnamed tensors' names
+    std::vector<size_t> unnamed;      // which tensors those are
+    NameIndex seen;                   // a group's names, for duplicates
+    bool seen_used = false;           // `seen` holds this submission's names
+    TensorSubmit dropped;             // a group's duplicate member, never submitted
+    TensorView dropped_view;
+    std::vector<int64_t> splits;  // an alltoall's
+    std::string group_key;
   };
-  static GroupRoom& group_room();
+  Room& room() {
+    if (room_ == nullptr) room_ = &thread_room();
+    return *room_;
+  }
+  static Room& thread_room();
+  void release_room();
+  void find_set(const char* what, int set_id);
 
-  /// The tensor's name: `name`, or for an unnamed call a placeholder (for messages) in
-  /// `*storage` (null: a group's, for its member `index`), numbered at submit().
-  const std::string* name_for(OpType op, const std::string& name, std::string* storage,
-                              size_t index);
+  /// A placeholder name (for messages) for unnamed tensor `index`, numbered at submit().
+  const std::string* unnamed(OpType op, size_t index);
   /// The local checks every tensor gets, and a CUDA tensor's device check.
   void checked(TensorSubmit& t);
   /// The group's key (every member carries it).
@@ -119,15 +135,10 @@ class Submission {
   std::shared_ptr<Runtime> rt_;
   ProcessSetState* set_ = nullptr;
   std::shared_ptr<ProcessSetState> held_set_;  // a set other than the global one
-  TensorSubmit one_;                           // a one-tensor call's tensor
-  std::string one_name_;                       // its placeholder, then number, if unnamed
   TensorSubmit* items_ = nullptr;              // the tensors to submit
   size_t n_ = 0;
-  GroupRoom* room_ = nullptr;  // a group's lists; null for one tensor
-  TensorSubmit dropped_;       // a group's duplicate member, never submitted
-  TensorView dropped_view_;
-  std::vector<int64_t> splits_;
-  std::string group_key_;
+  Room* room_ = nullptr;  // null until needed
+  bool grouped_ = false;
   std::string error_;  // the first local failure; empty if none
   detail::HandleState* state_ = nullptr;
 };
