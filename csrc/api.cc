@@ -154,7 +154,7 @@ namespace {
 // Both public overloads end here, giving up their by-value views (no further Shape copies).
 Handle submit_allreduce(const std::string& name, TensorView&& input, TensorView* output,
                         const AllreduceOptions& options) {
-  Submission sub = submission("allreduce", options.process_set);
+  Submission sub("allreduce", runtime_or_throw("allreduce"), options.process_set.id);
   TensorSubmit q(OpType::kAllreduce, &name, &input, output);
   sub.add(q);
   sub.check([&] {

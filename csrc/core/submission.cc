@@ -11,18 +11,6 @@
 namespace hvd {
 namespace {
 
-// The conditions of the argument checks, each written once: the checks throw naming the
-// tensor when one holds.
-bool negative_dimension(const Shape& shape) {
-  return std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; });
-}
-// Integer tensors are scaled in double and truncated (Horovod's rule) on the CPU; the GPU
-// kernels scale floating types only.
-bool scaling_unsupported(DataType dtype, const Device& device, double pre, double post) {
-  return (pre != 1.0 || post != 1.0) && !is_floating_point(dtype) &&
-         (dtype == DataType::kBool || device.is_cuda());
-}
-
 // The input `t` (its shape not yet moved) of tensor `q`.
 void check_input(const TensorSubmit& q, const TensorView& t) {
   const char* role = "input";
@@ -33,7 +21,7 @@ void check_input(const TensorSubmit& q, const TensorView& t) {
   if (data_missing(t.data, t.shape)) {
     throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
   }
-  if (t.device.is_cuda() && !HOROVOD_CPP_HAVE_NCCL) {  // NCCL builds: checked in checked()
+  if (t.device.is_cuda() && !HOROVOD_CPP_HAVE_NCCL) {  // NCCL builds: the device check below
     throw InvalidArgumentError(
         describe(q) + ": " + role + " is on " + t.device.str() +
         (HOROVOD_CPP_HAVE_CUDA ? "; CUDA tensors need a build of horovod_cpp with NCCL"
@@ -51,20 +39,15 @@ std::string describe(const TensorSubmit& t) {
   return std::string(op_type_name(t.op)) + " '" + *t.name + "'";
 }
 
-void set_reduction(TensorSubmit& q, ReduceOp op, double pre, double post) {
-  q.reduce_op = op;
-  q.prescale = pre;
-  q.postscale = post;
+void refuse_reduction(const TensorSubmit& q, ReduceOp op) {
   const DataType dtype = q.input->dtype;
   if (dtype == DataType::kBool && op == ReduceOp::kAverage) {
     throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
   }
-  if (scaling_unsupported(dtype, q.input->device, pre, post)) {
-    throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
-                               "floating-point tensor" +
-                               (dtype == DataType::kBool ? "" : " on a CUDA device") + ", not " +
-                               dtype_name(dtype));
-  }
+  throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
+                             "floating-point tensor" +
+                             (dtype == DataType::kBool ? "" : " on a CUDA device") + ", not " +
+                             dtype_name(dtype));
 }
 
 void check_not_scalar(const TensorSubmit& q) {
@@ -179,7 +162,7 @@ const std::string* Submission::unnamed(OpType op, size_t index) {
   return storage;
 }
 
-void Submission::checked(TensorSubmit& t) {
+void Submission::checked_slow(TensorSubmit& t) {
   check([&] { check_input(t, *t.input); });
   if (t.input->device.is_cuda()) {
     // The transport that takes CUDA tensors says whether this one is usable (NCCL: it must

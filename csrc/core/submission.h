@@ -28,8 +28,33 @@ std::string describe(const TensorSubmit& t);
 inline bool data_missing(const void* data, const Shape& shape) {
   return data == nullptr && num_elements(shape) > 0;
 }
+/// True when a tensor has a negative extent.
+inline bool negative_dimension(const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) return true;
+  }
+  return false;
+}
+/// Integer tensors are scaled in double and truncated (Horovod's rule) on the CPU; the GPU
+/// kernels scale floating types only.
+inline bool scaling_unsupported(DataType dtype, const Device& device, double pre, double post) {
+  return (pre != 1.0 || post != 1.0) && !is_floating_point(dtype) &&
+         (dtype == DataType::kBool || device.is_cuda());
+}
+/// Throws the InvalidArgumentError of set_reduction() for `q`.
+[[noreturn]] void refuse_reduction(const TensorSubmit& q, ReduceOp op);
 /// Sets `q`'s reduction; throws InvalidArgumentError if its dtype and device cannot take it.
-void set_reduction(TensorSubmit& q, ReduceOp op, double pre, double post);
+/// Inline, the failures out of line: every allreduce passes here.
+inline void set_reduction(TensorSubmit& q, ReduceOp op, double pre, double post) {
+  q.reduce_op = op;
+  q.prescale = pre;
+  q.postscale = post;
+  const DataType dtype = q.input->dtype;
+  if ((dtype == DataType::kBool && op == ReduceOp::kAverage) ||
+      scaling_unsupported(dtype, q.input->device, pre, post)) {
+    refuse_reduction(q, op);
+  }
+}
 /// Throws InvalidArgumentError for a scalar (collectives that split or stack dimension 0).
 void check_not_scalar(const TensorSubmit& q);
 
@@ -125,8 +150,15 @@ class Submission {
 
   /// A placeholder name (for messages) for unnamed tensor `index`, numbered at submit().
   const std::string* unnamed(OpType op, size_t index);
-  /// The local checks every tensor gets, and a CUDA tensor's device check.
-  void checked(TensorSubmit& t);
+  /// The local checks every tensor gets, and a CUDA tensor's device check: inline what
+  /// passes, out of line (checked_slow()) what fails or needs the transports.
+  void checked(TensorSubmit& t) {
+    const TensorView& in = *t.input;
+    if (negative_dimension(in.shape) || data_missing(in.data, in.shape) || in.device.is_cuda()) {
+      checked_slow(t);
+    }
+  }
+  void checked_slow(TensorSubmit& t);
   /// The group's key (every member carries it).
   std::string group_key() const;
   /// False if `name` was already added to this group.
