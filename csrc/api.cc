@@ -57,6 +57,19 @@ void check_group(const char* what, size_t names, size_t tensors) {
   }
 }
 
+// Adds a grouped call's members (checked pairwise with their names), each checked by
+// `check(member)` (a failure is kept for submit()).
+template <typename Check>
+void add_group(Submission& sub, const char* what, OpType op, const std::vector<std::string>& names,
+               const std::vector<TensorView>& tensors, Check check) {
+  check_group(what, names.size(), tensors.size());
+  sub.begin_group(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TensorSubmit& q = sub.add_member(op, names[i], tensors[i]);
+    sub.check([&] { check(q); });
+  }
+}
+
 void check_reducescatter(TensorSubmit& q, const ReducescatterOptions& o) {
   check_not_scalar(q);
   if (o.op != ReduceOp::kSum && o.op != ReduceOp::kAverage) {
@@ -200,13 +213,9 @@ Handle grouped_allreduce_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& tensors,
                                const AllreduceOptions& options) {
   Submission sub = submission("grouped_allreduce", options.process_set);
-  check_group("grouped_allreduce", names.size(), tensors.size());
-  sub.begin_group(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    TensorSubmit& q = sub.add_member(OpType::kAllreduce, names[i], tensors[i]);
-    sub.check(
-        [&] { set_reduction(q, options.op, options.prescale_factor, options.postscale_factor); });
-  }
+  add_group(sub, "grouped_allreduce", OpType::kAllreduce, names, tensors, [&](TensorSubmit& q) {
+    set_reduction(q, options.op, options.prescale_factor, options.postscale_factor);
+  });
   return sub.submit("group of " + std::to_string(tensors.size()) + " starting '" +
                     (names[0].empty() ? std::string("noname") : names[0]) + "'");
 }
@@ -233,12 +242,8 @@ Tensor allgather(const std::string& name, TensorView input, ProcessSet set) {
 Handle grouped_allgather_async(const std::vector<std::string>& names,
                                const std::vector<TensorView>& inputs, ProcessSet set) {
   Submission sub = submission("grouped_allgather", set);
-  check_group("grouped_allgather", names.size(), inputs.size());
-  sub.begin_group(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TensorSubmit& q = sub.add_member(OpType::kAllgather, names[i], inputs[i]);
-    sub.check([&] { check_not_scalar(q); });
-  }
+  add_group(sub, "grouped_allgather", OpType::kAllgather, names, inputs,
+            [](TensorSubmit& q) { check_not_scalar(q); });
   return sub.submit("allgather group of " + std::to_string(inputs.size()));
 }
 
@@ -327,12 +332,8 @@ Handle grouped_reducescatter_async(const std::vector<std::string>& names,
                                    const std::vector<TensorView>& inputs,
                                    const ReducescatterOptions& options) {
   Submission sub = submission("grouped_reducescatter", options.process_set);
-  check_group("grouped_reducescatter", names.size(), inputs.size());
-  sub.begin_group(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TensorSubmit& q = sub.add_member(OpType::kReducescatter, names[i], inputs[i]);
-    sub.check([&] { check_reducescatter(q, options); });
-  }
+  add_group(sub, "grouped_reducescatter", OpType::kReducescatter, names, inputs,
+            [&](TensorSubmit& q) { check_reducescatter(q, options); });
   return sub.submit("reducescatter group of " + std::to_string(inputs.size()));
 }
 
