@@ -3,20 +3,19 @@
 // The single process-wide pointer to the Runtime lives here, at the API boundary, guarded by
 // a mutex; every call takes a shared reference so shutdown() cannot free it under a caller.
 //
-// A check on one tensor that fails here (a bad argument, an unusable device) throws at once
-// on the calling rank, and the tensor is still submitted, carrying the reason
-// (Request::error): the coordinator fails it on every rank with a message naming this rank
-// and the reason, so the ranks whose own checks passed get an error instead of waiting
-// forever. Only failures that leave nothing to submit to (no runtime, no such process set,
-// inconsistent argument lists) fail on the calling rank alone.
+// Each call parses its arguments and submits through a Submission (core/submission.h), the
+// one route into a process set's table for every collective. A check on one tensor that
+// fails (a bad argument, an unusable device) throws at once on the calling rank, and the
+// tensor is still submitted, carrying the reason (Request::error): the coordinator fails it
+// on every rank with a message naming this rank and the reason, so the ranks whose own
+// checks passed get an error instead of waiting forever. Only failures that leave nothing to
+// submit to (no runtime, no such process set, inconsistent argument lists) fail on the
+// calling rank alone.
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
-#include "common/block_pool.h"
 #include "common/fatal.h"
-#include "common/logging.h"
-#include "common/name_index.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
 #include "core/submission.h"

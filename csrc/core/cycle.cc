@@ -126,8 +126,9 @@ bool Cycle::run() {
     negotiating_.clear();
   }
   // joined() is read before executing: the join response itself clears it.
-  const bool joined = controller_->joined() || std::any_of(result.responses.begin(),
-      result.responses.end(), [](const Response& r) { return r.op == OpType::kJoin; });
+  const bool joined =
+      controller_->joined() || std::any_of(result.responses.begin(), result.responses.end(),
+                                           [](const Response& r) { return r.op == OpType::kJoin; });
   const auto take = [this, &result](const std::vector<Response>& rs,
                                     std::vector<PendingTensor*>* es) {
     table_->take_entries(rs, result.hits, es);

@@ -57,8 +57,8 @@ class Cycle {
   std::unique_ptr<Autotuner> autotuner_;  // HOROVOD_AUTOTUNE, global set only
   std::atomic<double> cycle_time_ms_;     // the autotuner may change it (in a cycle)
   std::unordered_map<std::string, int64_t> negotiating_;  // timeline: name -> start
-  std::vector<Request> spare_requests_;  // the next burst's vector
-  size_t last_burst_ = 0;                // requests taken by the last busy cycle
+  std::vector<Request> spare_requests_;                   // the next burst's vector
+  size_t last_burst_ = 0;                                 // requests taken by the last busy cycle
 };
 
 }  // namespace hvd

@@ -34,6 +34,8 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
 
 // The thread stops first; then the cycle's transports finish what they still run (GPU work
 // completes its handles), and the planes release their communicators (members' order).
-ProcessSetState::~ProcessSetState() { shutdown(); }
+ProcessSetState::~ProcessSetState() {
+  shutdown();
+}
 
 }  // namespace hvd

@@ -13,9 +13,13 @@
 
 namespace hvd {
 
-Scheduler::~Scheduler() { shutdown(); }
+Scheduler::~Scheduler() {
+  shutdown();
+}
 
-void Scheduler::start() { thread_ = std::thread([this] { run_thread(); }); }
+void Scheduler::start() {
+  thread_ = std::thread([this] { run_thread(); });
+}
 
 void Scheduler::run_thread() {
   try {

@@ -45,7 +45,7 @@ class Scheduler {
 
   TensorTable* table_;
   Cycle* cycle_;
-  std::mutex cycle_mu_;  // held while running a cycle, by the background or a user thread
+  std::mutex cycle_mu_;          // held while running a cycle, by the background or a user thread
   std::atomic<int> drivers_{0};  // user threads trying to drive cycles (try_drive())
   std::thread thread_;
 

@@ -22,10 +22,10 @@ void check_input(const TensorSubmit& q, const TensorView& t) {
     throw InvalidArgumentError(describe(q) + ": " + role + " data pointer is null");
   }
   if (t.device.is_cuda() && !HOROVOD_CPP_HAVE_NCCL) {  // NCCL builds: the device check below
-    throw InvalidArgumentError(
-        describe(q) + ": " + role + " is on " + t.device.str() +
-        (HOROVOD_CPP_HAVE_CUDA ? "; CUDA tensors need a build of horovod_cpp with NCCL"
-                      : " but this build of horovod_cpp has no CUDA support"));
+    throw InvalidArgumentError(describe(q) + ": " + role + " is on " + t.device.str() +
+                               (HOROVOD_CPP_HAVE_CUDA
+                                    ? "; CUDA tensors need a build of horovod_cpp with NCCL"
+                                    : " but this build of horovod_cpp has no CUDA support"));
   }
 }
 
@@ -44,7 +44,8 @@ void refuse_reduction(const TensorSubmit& q, ReduceOp op) {
   if (dtype == DataType::kBool && op == ReduceOp::kAverage) {
     throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
   }
-  throw InvalidArgumentError(describe(q) + ": prescale_factor/postscale_factor need a "
+  throw InvalidArgumentError(describe(q) +
+                             ": prescale_factor/postscale_factor need a "
                              "floating-point tensor" +
                              (dtype == DataType::kBool ? "" : " on a CUDA device") + ", not " +
                              dtype_name(dtype));
@@ -52,7 +53,8 @@ void refuse_reduction(const TensorSubmit& q, ReduceOp op) {
 
 void check_not_scalar(const TensorSubmit& q) {
   if (q.input->shape.empty()) {
-    throw InvalidArgumentError(describe(q) + ": needs at least one dimension (got a scalar; "
+    throw InvalidArgumentError(describe(q) +
+                               ": needs at least one dimension (got a scalar; "
                                "give it shape [1])");
   }
 }

@@ -18,7 +18,7 @@ namespace hvd {
 /// Kept small (about two cache lines): a step of a thousand tiny tensors writes a thousand of
 /// them, and the request (names, shapes) goes to the negotiation instead.
 struct PendingTensor {
-  PendingTensor() {}  // NOLINT(modernize-use-equals-default): see TensorSubmit()
+  PendingTensor() {}               // NOLINT(modernize-use-equals-default): see TensorSubmit()
   OpType op = OpType::kAllreduce;  ///< for messages about a tensor still in the table
   TensorView input;
   TensorView output;  ///< == input for in-place operations; unused by allgather
@@ -40,7 +40,7 @@ struct TensorSubmit {
   OpType op = OpType::kAllreduce;
   const std::string* name = nullptr;  ///< never empty (unnamed calls are numbered first)
   TensorView* input = nullptr;        ///< moved from; its shape becomes the request's
-  TensorView* output = nullptr;  ///< moved from (its shape already dropped); null: in place
+  TensorView* output = nullptr;       ///< moved from (its shape already dropped); null: in place
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;
@@ -53,9 +53,9 @@ struct SubmitCommon {
   SubmitCommon() {}  // NOLINT(modernize-use-equals-default): see TensorSubmit()
   /// The handle the tensors complete (tensor i is its part i); moved into the last place.
   std::shared_ptr<detail::HandleState> handle;
-  int64_t enqueue_us = 0;               ///< when (timeline), or 0
-  const std::string* group = nullptr;   ///< a grouped call's key; null: not grouped
-  const std::string* error = nullptr;   ///< a local failure sent with every tensor; null: none
+  int64_t enqueue_us = 0;              ///< when (timeline), or 0
+  const std::string* group = nullptr;  ///< a grouped call's key; null: not grouped
+  const std::string* error = nullptr;  ///< a local failure sent with every tensor; null: none
 };
 
 }  // namespace hvd

@@ -1,11 +1,11 @@
 // Copyright horovod_cpp authors.
 #include "core/tensor_table.h"
 
-#include "coordination/controller.h"
-
 #include <algorithm>
 #include <string>
 #include <vector>
+
+#include "coordination/controller.h"
 
 namespace hvd {
 
@@ -37,14 +37,14 @@ Status TensorTable::admit_locked(OpType op, const std::string& name) {
 
 Status TensorTable::still_pending(OpType op, const std::string& name, OpType pending_op) const {
   return Status::InvalidArgument(std::string(op_type_name(op)) + " '" + name + "' on rank " +
-                                 std::to_string(global_rank_) + ": a " +
-                                 op_type_name(pending_op) +
+                                 std::to_string(global_rank_) + ": a " + op_type_name(pending_op) +
                                  " of the same name is still pending; wait for it before reusing "
                                  "the name");
 }
 
 // Inlined into enqueue(): a call per tensor showed in the submission's instruction count.
-[[gnu::always_inline]] inline void TensorTable::fill(uint32_t at, TensorSubmit& t, int part, size_t n, SubmitCommon& common) {
+[[gnu::always_inline]] inline void TensorTable::fill(uint32_t at, TensorSubmit& t, int part,
+                                                     size_t n, SubmitCommon& common) {
   // Each field written once, in place: the request into the queue's room (reserved by
   // enqueue()), the views into the place the name had last time.
   Request& q = new_requests_.emplace_back();
@@ -113,8 +113,8 @@ Status TensorTable::enqueue(TensorSubmit* tensors, size_t n, SubmitCommon& commo
       found_.push_back(at);
     }
     for (size_t i = 0; i < n; ++i) {
-      fill(place_for(*tensors[i].name, found_[i], &pending_op), tensors[i], static_cast<int>(i),
-           n, common);
+      fill(place_for(*tensors[i].name, found_[i], &pending_op), tensors[i], static_cast<int>(i), n,
+           common);
     }
   }
   // Written under mu_ only: a plain store, not a locked read-modify-write.

@@ -11,8 +11,8 @@ namespace hvd {
 Status agree_on_slowest(ControlPlane& control, double* seconds, double* bytes) {
   double v[2] = {*seconds, *bytes};
   std::vector<std::string> all;
-  HVD_RETURN_IF_ERROR(control.gather(std::string(reinterpret_cast<const char*>(v), sizeof(v)),
-                                     &all));
+  HVD_RETURN_IF_ERROR(
+      control.gather(std::string(reinterpret_cast<const char*>(v), sizeof(v)), &all));
   std::string blob;
   if (control.rank() == 0) {
     for (const std::string& s : all) {

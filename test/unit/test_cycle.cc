@@ -2,13 +2,12 @@
 // cycles over in-process planes, with no scheduler and no background thread. The test's own
 // threads submit and run the cycles, so the negotiation and execution of a set are tested
 // without the thread that usually runs them.
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "core/cycle.h"
 #include "core/tensor_table.h"
@@ -27,8 +26,8 @@ struct Member {
     planes.control = std::make_unique<InProcessControlPlane>(control_hub, r);
     planes.transports = std::make_unique<TransportRegistry>();
     SetLayout layout{r, static_cast<int>(ranks.size()), ranks};
-    planes.transports->add(std::make_unique<CpuTransport>(
-        std::make_unique<InProcessDataPlane>(data_hub, r), layout));
+    planes.transports->add(
+        std::make_unique<CpuTransport>(std::make_unique<InProcessDataPlane>(data_hub, r), layout));
     cycle = std::make_unique<Cycle>(0, ranks, r, &planes, &table, config, nullptr);
   }
   SetPlanes planes;
@@ -65,7 +64,8 @@ TEST_CASE("cycle: run alone by the caller's threads, it negotiates and executes 
       std::vector<TensorView> views(kTensors);
       for (int t = 0; t < kTensors; ++t) {
         auto& b = bufs[static_cast<size_t>(t)];
-        for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = rank * 100.0f + t * 10 + i + step;
+        for (int i = 0; i < kLen; ++i)
+          b[static_cast<size_t>(i)] = rank * 100.0f + t * 10 + i + step;
         names[static_cast<size_t>(t)] = "c." + std::to_string(t);
         views[static_cast<size_t>(t)] = TensorView(b.data(), DataType::kFloat32, {kLen});
       }
