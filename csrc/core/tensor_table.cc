@@ -45,8 +45,9 @@ Status TensorTable::still_pending(OpType op, const std::string& name, OpType pen
 // Inlined into enqueue(): a call per tensor showed in the submission's instruction count.
 [[gnu::always_inline]] inline void TensorTable::fill(uint32_t at, TensorSubmit& t, int part,
                                                      size_t n, SubmitCommon& common) {
-  // Each field written once, in place: the request into the queue's room (reserved by
-  // enqueue()), the views into the place the name had last time.
+  // Each field written once, in place: the request into the queue's room (a group's is
+  // reserved by enqueue()), the views into the place the name had last time. The request
+  // first: if its room cannot grow, the place is left as it was.
   Request& q = new_requests_.emplace_back();
   Place& p = pool_[at];
   p.state = PlaceState::kPending;
@@ -91,19 +92,19 @@ Status TensorTable::still_pending(OpType op, const std::string& name, OpType pen
 Status TensorTable::enqueue(TensorSubmit* tensors, size_t n, SubmitCommon& common) {
   std::unique_lock<std::mutex> lk(mu_);
   HVD_RETURN_IF_ERROR(admit_locked(tensors[0].op, *tensors[0].name));
-  // The queue's room first: if it cannot grow, nothing was taken. Grown geometrically (the
-  // queue's vector is reused cycle after cycle, so this is rare).
-  const size_t queued = new_requests_.size();
-  if (new_requests_.capacity() - queued < n) {
-    new_requests_.reserve(std::max(queued + n, 2 * new_requests_.capacity()));
-  }
   OpType pending_op = OpType::kAllreduce;
   if (n == 1) {  // one probe of the index
     TensorSubmit& t = tensors[0];
     const uint32_t at = place_for(*t.name, find_place(*t.name), &pending_op);
     if (at == kNoLocalTag) return still_pending(t.op, *t.name, pending_op);
-    fill(at, t, 0, 1, common);
+    fill(at, t, 0, 1, common);  // its request first: if the queue cannot grow, nothing moved
   } else {
+    // The queue's room first: if it cannot grow, nothing was taken. Grown geometrically (the
+    // queue's vector is reused cycle after cycle, so this is rare).
+    const size_t queued = new_requests_.size();
+    if (new_requests_.capacity() - queued < n) {
+      new_requests_.reserve(std::max(queued + n, 2 * new_requests_.capacity()));
+    }
     found_.clear();  // each name probed once, checked for every member before any is placed
     for (size_t i = 0; i < n; ++i) {
       const uint32_t at = find_place(*tensors[i].name);
