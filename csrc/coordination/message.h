@@ -36,9 +36,9 @@ constexpr uint32_t kNoLocalTag = UINT32_MAX;
 
 /// One rank's submission of one named tensor.
 struct Request {
-  /// User-provided on purpose (as TensorEntry's): `emplace_back()` value-initializes, which
+  /// User-provided on purpose (as TensorSubmit's): `emplace_back()` value-initializes, which
   /// for an implicit constructor first zeroes the whole object (a `rep stos`, 15% of
-  /// ProcessSetState::enqueue_one) before the member initializers run.
+  /// the submission of one tensor) before the member initializers run.
   Request() {}  // NOLINT(modernize-use-equals-default)
   int32_t rank = 0;
   OpType op = OpType::kAllreduce;

@@ -1,7 +1,11 @@
-// Copyright horovod_cpp authors. A submitted tensor, waiting in the runtime's table.
+// Copyright horovod_cpp authors. A submission as the API hands it to a process set's table,
+// and what the table keeps of each submitted tensor.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "coordination/message.h"
 #include "core/handle_state.h"
@@ -14,7 +18,7 @@ namespace hvd {
 /// Kept small (about two cache lines): a step of a thousand tiny tensors writes a thousand of
 /// them, and the request (names, shapes) goes to the negotiation instead.
 struct PendingTensor {
-  PendingTensor() {}  // NOLINT(modernize-use-equals-default): see TensorEntry()
+  PendingTensor() {}               // NOLINT(modernize-use-equals-default): see TensorSubmit()
   OpType op = OpType::kAllreduce;  ///< for messages about a tensor still in the table
   TensorView input;
   TensorView output;  ///< == input for in-place operations; unused by allgather
@@ -23,14 +27,35 @@ struct PendingTensor {
   int64_t enqueue_us = 0;  ///< when it was submitted (timeline)
 };
 
-/// A tensor as the API builds it: its request, and what the table keeps. enqueue() moves the
-/// request to the negotiation and the rest into the table.
-struct TensorEntry : PendingTensor {
-  /// User-provided on purpose: `emplace_back()` value-initializes, which for an implicit
-  /// constructor first zeroes all ~400 bytes (a `rep stos`, ~2% of a tiny tensor's cycles in
-  /// workload d) before the member initializers run.
-  TensorEntry() {}  // NOLINT(modernize-use-equals-default)
-  Request request;
+/// One tensor of a submission: the caller's checked arguments, by pointer where they are
+/// big. The table writes each field once, straight into the negotiation's request and the
+/// tensor's place (docs/design.md, "the path of one tensor"): nothing is built first and
+/// moved. A submission of one tensor is a one-element submission.
+struct TensorSubmit {
+  /// User-provided on purpose: value- or aggregate-initialization of an implicit constructor
+  /// first zeroes the whole object (a `rep stos`) before the member initializers run.
+  TensorSubmit() {}  // NOLINT(modernize-use-equals-default)
+  TensorSubmit(OpType op_, const std::string* name_, TensorView* input_, TensorView* output_)
+      : op(op_), name(name_), input(input_), output(output_) {}
+  OpType op = OpType::kAllreduce;
+  const std::string* name = nullptr;  ///< never empty (unnamed calls are numbered first)
+  TensorView* input = nullptr;        ///< moved from; its shape becomes the request's
+  TensorView* output = nullptr;       ///< moved from (its shape already dropped); null: in place
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = 0;                        ///< broadcast: the root's global rank
+  std::vector<int64_t>* splits = nullptr;  ///< alltoall: moved into the request; null: none
+};
+
+/// What every tensor of one submission shares.
+struct SubmitCommon {
+  SubmitCommon() {}  // NOLINT(modernize-use-equals-default): see TensorSubmit()
+  /// The handle the tensors complete (tensor i is its part i); moved into the last place.
+  std::shared_ptr<detail::HandleState> handle;
+  int64_t enqueue_us = 0;              ///< when (timeline), or 0
+  const std::string* group = nullptr;  ///< a grouped call's key; null: not grouped
+  const std::string* error = nullptr;  ///< a local failure sent with every tensor; null: none
 };
 
 }  // namespace hvd

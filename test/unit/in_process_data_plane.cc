@@ -235,30 +235,6 @@ InProcessSets::~InProcessSets() {
   sets_.clear();
 }
 
-TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
-                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part) {
-  TensorEntry e;
-  e.request.rank = rank;
-  e.request.op = op;
-  e.request.name = name;
-  e.request.dtype = dtype;
-  e.request.shape = shape;
-  e.input = TensorView(data, dtype, shape);
-  e.output = e.input;
-  e.handle = handle;
-  e.part = part;
-  return e;
-}
-
-std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e) {
-  auto h = e.handle ? e.handle : std::make_shared<detail::HandleState>(e.request.name, 1);
-  e.handle = h;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  throw_if_error(set.enqueue(std::move(v)));
-  return h;
-}
-
 std::string on_ranks(int n, const std::function<void(int rank)>& body) {
   std::mutex mu;
   std::string first;

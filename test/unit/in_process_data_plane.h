@@ -127,15 +127,6 @@ class InProcessSets {
   std::vector<std::shared_ptr<ProcessSetState>> sets_;
 };
 
-/// A request of `op` on this rank's memory `data` (in place), handled by `handle` as part
-/// `part`, as the API would submit it.
-TensorEntry entry(int rank, OpType op, const std::string& name, void* data, DataType dtype,
-                  Shape shape, const std::shared_ptr<detail::HandleState>& handle, int part = 0);
-
-/// Submits `e` alone on `set` (with a handle of its own unless it has one) and returns its
-/// handle; throws if the submission is refused.
-std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, TensorEntry e);
-
 /// Runs `body(rank)` on n threads and returns the first failure (exceptions included), or "".
 std::string on_ranks(int n, const std::function<void(int rank)>& body);
 

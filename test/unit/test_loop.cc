@@ -16,82 +16,11 @@
 #include "common/fatal.h"
 #include "core/handle_state.h"
 #include "in_process_data_plane.h"
+#include "loop_support.h"
 
 using namespace hvd;
 using namespace hvd::testing;
 
-namespace {
-
-constexpr auto kDeadline = std::chrono::seconds(30);
-
-Config test_config() {
-  Config c;
-  c.cycle_time_ms = 0.5;
-  c.stall_check_seconds = 60;
-  return c;
-}
-
-// One submitted tensor: the entry's request and memory, and its handle.
-struct Op {
-  std::vector<float> data;
-  std::shared_ptr<detail::HandleState> handle;
-};
-
-// Submits one float tensor of `len` elements through enqueue_one() (the API's path for a
-// plain CPU allreduce); out-of-place into `out` if given. Throws if refused.
-std::shared_ptr<detail::HandleState> submit_one(ProcessSetState& set, const std::string& name,
-                                                float* data, int64_t len, float* out = nullptr,
-                                                ReduceOp op = ReduceOp::kSum) {
-  TensorView in(data, DataType::kFloat32, {len});
-  TensorView output(out, DataType::kFloat32, {});  // the API drops a checked output's shape
-  ProcessSetState::Single t;
-  t.name = &name;
-  t.input = &in;
-  t.output = out ? &output : nullptr;
-  t.reduce_op = op;
-  auto h = std::make_shared<detail::HandleState>(name, 1);
-  t.handle = h;
-  throw_if_error(set.enqueue_one(std::move(t)));
-  return h;
-}
-
-// Waits (bounded) and returns the handle's status.
-Status finish(const std::shared_ptr<detail::HandleState>& h) {
-  if (!h->wait_until(std::chrono::steady_clock::now() + kDeadline)) {
-    return Status::Backend("'" + h->name() + "' did not complete within 30 s");
-  }
-  return h->status();
-}
-
-void require_ok(const std::shared_ptr<detail::HandleState>& h) { throw_if_error(finish(h)); }
-
-// After a refused resubmission of the pending "x": both ranks' "x" (1s on rank 0, 2s on rank 1)
-// completed with their sum, and the refused tensor `refused` (9s) was never run.
-void require_pending_ran_refused_not(const std::shared_ptr<detail::HandleState>& h0,
-                                     const std::shared_ptr<detail::HandleState>& h1,
-                                     const std::vector<float>& a0, const std::vector<float>& a1,
-                                     const std::vector<float>& refused) {
-  require_ok(h0);
-  require_ok(h1);
-  CHECK(a0[3] == 3.0f);
-  CHECK(a1[0] == 3.0f);
-  CHECK(refused[0] == 9.0f);
-}
-
-float value(int rank, int tensor, int i) { return static_cast<float>(rank * 1000 + tensor * 10 + i % 7); }
-
-// Checks every element of `got` against `expect(i)`; throws naming the first difference.
-template <typename T, typename F>
-void check_all(const std::string& what, const T* got, int64_t n, F expect) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (got[i] != expect(i)) {
-      throw std::runtime_error(what + ": element " + std::to_string(i) + " is " +
-                               std::to_string(got[i]) + ", expected " + std::to_string(expect(i)));
-    }
-  }
-}
-
-}  // namespace
 
 TEST_CASE("loop: allreduces submitted in different orders complete with the right sums", "[loop]") {
   const int n = GENERATE(1, 2, 3, 4);
@@ -107,7 +36,7 @@ TEST_CASE("loop: allreduces submitted in different orders complete with the righ
       auto& b = bufs[static_cast<size_t>(t)];
       b.resize(kLen);
       for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, t, i);
-      TensorEntry e = entry(rank, OpType::kAllreduce, "grad." + std::to_string(t), b.data(),
+      Entry e = entry(rank, OpType::kAllreduce, "grad." + std::to_string(t), b.data(),
                             DataType::kFloat32, {kLen}, nullptr);
       e.request.reduce_op = t % 3 == 0 ? ReduceOp::kAverage : ReduceOp::kSum;
       hs[static_cast<size_t>(t)] = submit(sets.set(rank), std::move(e));
@@ -193,13 +122,13 @@ TEST_CASE("loop: allgather, broadcast, alltoall, reducescatter, barrier through 
                                 {rank + 1, 3}, nullptr));
     // broadcast from the last rank.
     std::vector<double> bc(5, rank);
-    TensorEntry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64, {5}, nullptr);
+    Entry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64, {5}, nullptr);
     eb.request.root = n - 1;
     auto hb = submit(set, std::move(eb));
     // alltoall: one row of 2 floats to each rank.
     std::vector<float> a2a(static_cast<size_t>(n * 2));
     for (size_t i = 0; i < a2a.size(); ++i) a2a[i] = static_cast<float>(rank * 10 + static_cast<int>(i));
-    TensorEntry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32, {n, 2}, nullptr);
+    Entry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32, {n, 2}, nullptr);
     ea.request.splits.assign(static_cast<size_t>(n), 1);
     auto ha = submit(set, std::move(ea));
     // reducescatter (sum) of 2n rows of 1.
@@ -249,18 +178,18 @@ TEST_CASE("loop: a group is fused into one reduction; threshold 0 runs one per t
   const std::string err = on_ranks(n, [&](int rank) {
     std::vector<std::vector<float>> bufs(kTensors);
     auto h = std::make_shared<detail::HandleState>("group", kTensors);
-    std::vector<TensorEntry> es;
+    std::vector<Entry> es;
     for (int t = 0; t < kTensors; ++t) {
       auto& b = bufs[static_cast<size_t>(t)];
       b.resize(static_cast<size_t>(t + 1));
       for (int i = 0; i <= t; ++i) b[static_cast<size_t>(i)] = value(rank, t, i);
-      TensorEntry e = entry(rank, OpType::kAllreduce, "f." + std::to_string(t), b.data(),
-                            DataType::kFloat32, {t + 1}, h, t);
+      Entry e = entry(rank, OpType::kAllreduce, "f." + std::to_string(t), b.data(),
+                      DataType::kFloat32, {t + 1}, h);
       e.request.group = "g";
       e.request.group_size = kTensors;
       es.push_back(std::move(e));
     }
-    throw_if_error(sets.set(rank).enqueue(std::move(es)));
+    throw_if_error(enqueue(sets.set(rank), es));
     require_ok(h);
     for (int t = 0; t < kTensors; ++t) {
       check_all("f." + std::to_string(t), bufs[static_cast<size_t>(t)].data(), t + 1, [&](int64_t i) {
@@ -340,15 +269,16 @@ TEST_CASE("loop: a name still pending is refused, also once the table's nodes ar
     auto h0 = submit(sets.set(0), entry(0, OpType::kAllreduce, "x", a0.data(),
                                         DataType::kFloat32, {4}, nullptr));
     // Rank 1 has not submitted "x": it stays pending on rank 0, so a second "x" is refused.
-    std::vector<TensorEntry> again;
+    std::vector<Entry> again;
     again.push_back(entry(0, OpType::kAllreduce, "x", b0.data(), DataType::kFloat32, {4},
                           std::make_shared<detail::HandleState>("x", 1)));
-    const Status s = sets.set(0).enqueue(std::move(again));
+    const Status s = enqueue(sets.set(0), again);
     CHECK(s.code() == ErrorCode::kInvalidArgument);
     CHECK(s.message().find("still pending") != std::string::npos);
     REQUIRE(again.size() == 1);  // the caller keeps its refused entry, intact
     CHECK(again[0].request.name == "x");
     CHECK(again[0].input.data == b0.data());
+    CHECK(again[0].input.shape == Shape{4});
     CHECK(again[0].handle != nullptr);
     auto h1 = submit(sets.set(1), entry(1, OpType::kAllreduce, "x", a1.data(),
                                         DataType::kFloat32, {4}, nullptr));
@@ -420,10 +350,10 @@ TEST_CASE("loop: a name whose place is the guessed one is refused while it is pe
   auto b0 = submit_named(0, "b", 10.0f);
   auto a0 = submit_named(0, "a", 20.0f);
   float other[3] = {7, 7, 7};
-  std::vector<TensorEntry> again;
+  std::vector<Entry> again;
   again.push_back(entry(0, OpType::kAllreduce, "b", other, DataType::kFloat32, {3},
                         std::make_shared<detail::HandleState>("b", 1)));
-  const Status s = sets.set(0).enqueue(std::move(again));
+  const Status s = enqueue(sets.set(0), again);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
   CHECK(s.message().find("still pending") != std::string::npos);
   auto b1 = submit_named(1, "b", 1.0f);
@@ -618,135 +548,10 @@ TEST_CASE("loop: a transport that throws fails the batch's handles by name and s
   CHECK_THAT(pending_fatal(), Catch::Contains("background thread of global rank") &&
                                   Catch::Contains("allreduce 'huge'"));
   std::vector<float> c(4, 1.0f);
-  std::vector<TensorEntry> v;
+  std::vector<Entry> v;
   v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
                     std::make_shared<detail::HandleState>("later", 1)));
-  CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
+  CHECK(enqueue(sets.set(0), v).code() == ErrorCode::kShutdown);
   sets.shutdown();
   clear_fatal();  // this simulated job is over; the rest of the process runs on
-}
-
-TEST_CASE("loop: a stalled tensor shuts the set down and its handle says why", "[loop]") {
-  Config cfg = test_config();
-  cfg.stall_check_seconds = 0.2;
-  cfg.stall_shutdown_seconds = 0.5;
-  const int n = 2;
-  InProcessSets sets(n, cfg);
-  std::vector<float> b(4, 1.0f);
-  Status s = finish(submit(sets.set(0), entry(0, OpType::kAllreduce, "lonely", b.data(),
-                                              DataType::kFloat32, {4}, nullptr)));
-  CHECK(s.code() == ErrorCode::kShutdown);
-  CHECK(s.message().find("lonely") != std::string::npos);
-  INFO(s.message());
-  CHECK(s.message().find("1") != std::string::npos);  // names the missing rank
-  sets.shutdown();
-  CHECK_FALSE(sets.set(1).running());
-  CHECK_FALSE(sets.set(0).running());
-  // The stall was reported as fatal (common/fatal.h): that ends a real job after the grace
-  // period. This simulated job is over; clear it so the rest of this process runs on.
-  CHECK_THAT(pending_fatal(), Catch::Contains("lonely"));
-  clear_fatal();
-}
-
-TEST_CASE("loop: one rank's shutdown fails every rank's pending work with a ShutdownError", "[loop]") {
-  const int n = GENERATE(2, 3);
-  InProcessSets sets(n, test_config());
-  std::vector<float> b(4, 1.0f);
-  auto h = submit(sets.set(0), entry(0, OpType::kAllreduce, "never", b.data(), DataType::kFloat32, {4}, nullptr));
-  sets.set(n - 1).request_shutdown();
-  Status s = finish(h);
-  CHECK(s.code() == ErrorCode::kShutdown);
-  INFO(s.message());
-  CHECK(s.message().find("'never'") != std::string::npos);
-  // A stopped set refuses new work at once.
-  std::vector<float> c(4, 1.0f);
-  sets.shutdown();
-  std::vector<TensorEntry> v;
-  v.push_back(entry(0, OpType::kAllreduce, "later", c.data(), DataType::kFloat32, {4},
-                    std::make_shared<detail::HandleState>("later", 1)));
-  CHECK(sets.set(0).enqueue(std::move(v)).code() == ErrorCode::kShutdown);
-}
-
-TEST_CASE("loop: tensors put straight into their places (enqueue_one) mix with entries", "[loop]") {
-  // Each step, every rank submits six tensors: even ones through enqueue_one() (in place, or
-  // out of place into a second buffer), odd ones as entries through enqueue(), in an order
-  // that differs by rank, so both kinds share cycles and fused batches. Every element of
-  // every result is checked against the sum (or average) of the ranks' values.
-  const int n = GENERATE(2, 3);
-  InProcessSets sets(n, test_config());
-  constexpr int kTensors = 6, kLen = 9, kSteps = 4;
-  const std::string err = on_ranks(n, [&](int rank) {
-    std::vector<std::vector<float>> in(kTensors, std::vector<float>(kLen));
-    std::vector<std::vector<float>> out(kTensors, std::vector<float>(kLen, -1.0f));
-    for (int step = 0; step < kSteps; ++step) {
-      std::vector<std::shared_ptr<detail::HandleState>> hs(kTensors);
-      for (int k = 0; k < kTensors; ++k) {
-        const int t = (k + rank) % kTensors;
-        auto& b = in[static_cast<size_t>(t)];
-        for (int i = 0; i < kLen; ++i) b[static_cast<size_t>(i)] = value(rank, t, i) + step;
-        const std::string name = "mixed." + std::to_string(t);
-        if (t % 2 == 1) {
-          hs[static_cast<size_t>(t)] = submit(
-              sets.set(rank),
-              entry(rank, OpType::kAllreduce, name, b.data(), DataType::kFloat32, {kLen}, nullptr));
-        } else {
-          const bool separate = t % 4 == 0;
-          hs[static_cast<size_t>(t)] =
-              submit_one(sets.set(rank), name, b.data(), kLen,
-                         separate ? out[static_cast<size_t>(t)].data() : nullptr,
-                         t == 2 ? ReduceOp::kAverage : ReduceOp::kSum);
-        }
-      }
-      for (int t = 0; t < kTensors; ++t) {
-        require_ok(hs[static_cast<size_t>(t)]);
-        const bool separate = t % 2 == 0 && t % 4 == 0;
-        const auto& got = separate ? out[static_cast<size_t>(t)] : in[static_cast<size_t>(t)];
-        check_all("step " + std::to_string(step) + " mixed." + std::to_string(t), got.data(), kLen,
-                  [&](int64_t i) {
-                    float s = 0;
-                    for (int r = 0; r < n; ++r) s += value(r, t, static_cast<int>(i)) + step;
-                    return t == 2 ? s / static_cast<float>(n) : s;
-                  });
-        if (separate) {  // out of place: the input is left as it was
-          check_all("input of mixed." + std::to_string(t), in[static_cast<size_t>(t)].data(), kLen,
-                    [&](int64_t i) { return value(rank, t, static_cast<int>(i)) + step; });
-        }
-      }
-    }
-  });
-  INFO(err);
-  CHECK(err.empty());
-}
-
-TEST_CASE("loop: enqueue_one refuses a pending name and a stopped set, taking nothing", "[loop]") {
-  InProcessSets sets(2, test_config());
-  std::vector<float> a0(4, 1.0f), a1(4, 2.0f), b0(4, 9.0f);
-  auto h0 = submit_one(sets.set(0), "x", a0.data(), 4);
-  // Rank 1 has not submitted "x": a second "x" on rank 0 is refused, and the caller keeps
-  // its view (shape included) and its handle.
-  const std::string x = "x";
-  TensorView again(b0.data(), DataType::kFloat32, {4});
-  auto h_again = std::make_shared<detail::HandleState>("x", 1);
-  ProcessSetState::Single t;
-  t.name = &x;
-  t.input = &again;
-  t.handle = h_again;
-  Status s = sets.set(0).enqueue_one(std::move(t));
-  CHECK(s.code() == ErrorCode::kInvalidArgument);
-  CHECK(s.message().find("'x'") != std::string::npos);
-  CHECK(s.message().find("still pending") != std::string::npos);
-  CHECK(again.data == b0.data());
-  CHECK(again.shape == Shape{4});
-  CHECK(t.handle == h_again);
-  auto h1 = submit_one(sets.set(1), "x", a1.data(), 4);
-  require_pending_ran_refused_not(h0, h1, a0, a1, b0);
-  sets.shutdown();
-  ProcessSetState::Single late;
-  late.name = &x;
-  late.input = &again;
-  late.handle = h_again;
-  s = sets.set(0).enqueue_one(std::move(late));
-  CHECK(s.code() == ErrorCode::kShutdown);
-  CHECK(s.message().find("allreduce 'x' rejected") != std::string::npos);
-  CHECK(again.shape == Shape{4});
 }

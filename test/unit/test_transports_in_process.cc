@@ -17,6 +17,7 @@
 #include "transport/shm/shm_transport.h"
 #include "core/handle_state.h"
 #include "in_process_data_plane.h"
+#include "loop_support.h"
 
 using namespace hvd;
 using namespace hvd::testing;
@@ -172,7 +173,7 @@ TEST_CASE("transports in process: shm and hier allreduce every element, fused or
     const int n = sets.size();
     auto h = std::make_shared<detail::HandleState>("group", kTensors);
     std::vector<Reduced> xs(kTensors);
-    std::vector<TensorEntry> es;
+    std::vector<Entry> es;
     for (int t = 0; t < kTensors; ++t) {
       Reduced& x = xs[static_cast<size_t>(t)];
       x.dtype = kTypes[t % 4];
@@ -182,14 +183,14 @@ TEST_CASE("transports in process: shm and hier allreduce every element, fused or
                       : (t / 2 % 2 == 1 ? ReduceOp::kMax : ReduceOp::kSum);
       x.bytes.resize(static_cast<size_t>(x.len) * dtype_size(x.dtype));
       on_dtype<Fill>(x.dtype, &x, rank, t);
-      TensorEntry e = entry(rank, OpType::kAllreduce, "ar." + std::to_string(t),
-                                 x.bytes.data(), x.dtype, {x.len}, h, t);
+      Entry e = entry(rank, OpType::kAllreduce, "ar." + std::to_string(t), x.bytes.data(),
+                      x.dtype, {x.len}, h);
       e.request.reduce_op = x.op;
       e.request.group = "g";
       e.request.group_size = kTensors;
       es.push_back(std::move(e));
     }
-    throw_if_error(sets.set(rank).enqueue(std::move(es)));
+    throw_if_error(enqueue(sets.set(rank), es));
     await(h);
     for (int t = 0; t < kTensors; ++t) on_dtype<Check>(xs[static_cast<size_t>(t)].dtype, xs[static_cast<size_t>(t)], n, t);
   });
@@ -201,7 +202,7 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
     const int n = sets.size();
     ProcessSetState& set = sets.set(rank);
     std::vector<std::shared_ptr<detail::HandleState>> hs;
-    auto submit = [&](TensorEntry e) {
+    auto submit = [&](Entry e) {
       hs.push_back(testing::submit(set, std::move(e)));
       return hs.back();
     };
@@ -214,7 +215,7 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
     // broadcast of 50000 doubles from the last rank.
     std::vector<double> bc(50000, rank);
     for (size_t i = 0; i < bc.size(); ++i) bc[i] = rank * 100000.0 + static_cast<double>(i);
-    TensorEntry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64,
+    Entry eb = entry(rank, OpType::kBroadcast, "bc", bc.data(), DataType::kFloat64,
                                 {50000}, nullptr);
     eb.request.root = n - 1;
     submit(std::move(eb));
@@ -224,7 +225,7 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
     for (int d = 0; d < n; ++d) rows += splits[static_cast<size_t>(d)] = 500 * (d + 1);
     std::vector<float> a2a(static_cast<size_t>(rows * 2));
     for (size_t i = 0; i < a2a.size(); ++i) a2a[i] = static_cast<float>(rank * 100000 + static_cast<int>(i));
-    TensorEntry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32,
+    Entry ea = entry(rank, OpType::kAlltoall, "a2a", a2a.data(), DataType::kFloat32,
                                 {rows, 2}, nullptr);
     ea.request.splits = splits;
     auto ha = submit(std::move(ea));
@@ -233,7 +234,7 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
     for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(rank + static_cast<int>(i % 97));
     auto hr = submit(entry(rank, OpType::kReducescatter, "rs", rs.data(), DataType::kFloat32,
                                 {2000 * n, 1}, nullptr));
-    TensorEntry er = entry(rank, OpType::kReducescatter, "rs.avg", rs.data(),
+    Entry er = entry(rank, OpType::kReducescatter, "rs.avg", rs.data(),
                                 DataType::kFloat32, {2000 * n, 1}, nullptr);
     er.request.reduce_op = ReduceOp::kAverage;
     auto hra = submit(std::move(er));

@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors. The autotuner: the parameter search (pure) and the sampling
 // and agreement of Autotuner, with simulated clocks and an in-process "allreduce" among
 // threads standing for ranks.
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
@@ -13,6 +14,8 @@
 #include <catch2/catch.hpp>
 
 #include "common/config.h"
+#include "in_process_control_plane.h"
+#include "tuning/agreement.h"
 #include "tuning/autotuner.h"
 #include "tuning/parameter_search.h"
 
@@ -222,4 +225,71 @@ TEST_CASE("autotune settings are read from the environment", "[tuning]") {
   Status s = Config::from_env(&c, bad);
   CHECK_FALSE(s.ok());
   CHECK(s.message().find("HOROVOD_AUTOTUNE='yes'") != std::string::npos);
+}
+
+TEST_CASE("autotune agreement: every member gets the slowest sample over the control plane",
+          "[tuning]") {
+  const int n = GENERATE(2, 3, 4);
+  testing::InProcessHub hub(n);
+  // Two agreements in a row, each rank's figures different every time, the largest seconds
+  // and the largest bytes on different ranks.
+  const auto seconds_of = [n](int r, int round) { return 0.25 + ((r + round) % n) * 0.5; };
+  const auto bytes_of = [n](int r, int round) { return 1000.0 * ((r + 2 * round + 1) % n + 1); };
+  std::vector<std::string> failures(static_cast<size_t>(n));
+  std::vector<std::vector<double>> got(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      testing::InProcessControlPlane control(&hub, r);
+      for (int round = 0; round < 2; ++round) {
+        double s = seconds_of(r, round), b = bytes_of(r, round);
+        const Status st = agree_on_slowest(control, &s, &b);
+        if (!st.ok()) {
+          failures[static_cast<size_t>(r)] = st.message();
+          return;
+        }
+        got[static_cast<size_t>(r)].push_back(s);
+        got[static_cast<size_t>(r)].push_back(b);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<double> expect;
+  for (int round = 0; round < 2; ++round) {
+    double s = 0, b = 0;
+    for (int r = 0; r < n; ++r) {
+      s = std::max(s, seconds_of(r, round));
+      b = std::max(b, bytes_of(r, round));
+    }
+    expect.push_back(s);
+    expect.push_back(b);
+  }
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << failures[static_cast<size_t>(r)]);
+    CHECK(failures[static_cast<size_t>(r)].empty());
+    CHECK(got[static_cast<size_t>(r)] == expect);
+  }
+}
+
+TEST_CASE("autotune agreement: a failed control plane fails it on every member", "[tuning]") {
+  const int n = 3;
+  testing::InProcessHub hub(n);
+  hub.abort("a member is gone");
+  std::vector<Status> st(static_cast<size_t>(n));
+  std::vector<double> s(static_cast<size_t>(n), 1.0), b(static_cast<size_t>(n), 2.0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      testing::InProcessControlPlane control(&hub, r);
+      st[static_cast<size_t>(r)] =
+          agree_on_slowest(control, &s[static_cast<size_t>(r)], &b[static_cast<size_t>(r)]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    INFO("rank " << r << ": " << st[static_cast<size_t>(r)].message());
+    CHECK_FALSE(st[static_cast<size_t>(r)].ok());
+    CHECK(s[static_cast<size_t>(r)] == 1.0);  // left as it was
+    CHECK(b[static_cast<size_t>(r)] == 2.0);
+  }
 }
