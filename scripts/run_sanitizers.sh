@@ -5,9 +5,10 @@
 #         each CPU data path (default, MPI only, shared memory only);
 #   tsan  ThreadSanitizer build (HOROVOD_CPP_SANITIZE_THREAD=ON): the unit tests and the
 #         multi-rank suite at 2 ranks (default data path).
-# Only the library and the test executables are built (no examples, bindings, adapters or
-# CUDA), each in its own build directory. Any sanitizer report fails the run: ASan/UBSan/TSan
-# stop the rank, mpirun then ends the job, and the test fails.
+# Only the library and the test executables are built (no examples, bindings or CUDA; the
+# LibTorch adapter only for its timed-out-wait test, where LibTorch is found), each in its own
+# build directory. Any sanitizer report fails the run: ASan/UBSan/TSan stop the rank, mpirun
+# then ends the job, and the test fails.
 #   bash scripts/run_sanitizers.sh [asan] [tsan]     (default: both)
 # Suppressions (only for Open MPI's own code, each entry explained) are in test/sanitizers/.
 set -euo pipefail
@@ -35,7 +36,7 @@ for which in "${WHICH[@]}"; do
   case $which in
     asan)
       dir=${ASAN_BUILD_DIR:-build-asan}
-      configure_and_build "$dir" -DHOROVOD_CPP_SANITIZE=ON
+      configure_and_build "$dir" -DHOROVOD_CPP_SANITIZE=ON -DHOROVOD_CPP_WITH_TORCH=ON
       # The ranks (not mpirun) get test/sanitizers/no_dlclose.c preloaded, after the ASan
       # runtime, so that LeakSanitizer can name Open MPI's unloaded components; the full
       # unwinder names the callers of libc's allocation functions (vasprintf) as well.
@@ -44,8 +45,14 @@ for which in "${WHICH[@]}"; do
       export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:fast_unwind_on_malloc=0"
       export LSAN_OPTIONS="suppressions=$ROOT/test/sanitizers/lsan.supp:print_suppressions=0"
       export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
+      # Timed-out waits with a stalled peer, in the training API and the LibTorch adapter (the
+      # adapter's test only where LibTorch is found): nothing in flight may be freed.
+      cmake --build "$dir" -j"$JOBS" --target hvd_training_errors_tests
+      if cmake --build "$dir" --target help | grep -q hvd_torch_timeout_tests; then
+        cmake --build "$dir" -j"$JOBS" --target hvd_torch_timeout_tests
+      fi
       ctest --test-dir "$dir" --output-on-failure --timeout 600 \
-        -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23])$' || status=1
+        -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23]|training_errors_np[23]|torch_timeout_np[23])$' || status=1
       unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_env_list
       ;;
     tsan)
