@@ -1,6 +1,6 @@
 // Copyright horovod_cpp authors. Private: the tensor operations of the gradient engine
 // (csrc/training/grad_reducer.h, csrc/training/semisync.h) on LibTorch tensors, for
-// hvd::torch::DistributedOptimizer. Callers hold a torch::NoGradGuard.
+// hvd::torch::DistributedOptimizer (defined in optimizer.cc). Callers hold a torch::NoGradGuard.
 #pragma once
 
 #include <torch/torch.h>

@@ -29,6 +29,21 @@ inline void check_next_collective_works(const std::string& name) {
   for (float x : v) REQUIRE(x == n * (n + 1) / 2);
 }
 
+/// Runs `wait`, which must throw TimeoutError after kShort naming a collective that contains
+/// `name_part` (e.g. "'prefix.").
+template <class F>
+void require_timeout(F&& wait, const std::string& name_part) {
+  std::string msg;
+  try {
+    wait();
+  } catch (const hvd::TimeoutError& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  REQUIRE(msg.find(name_part) != std::string::npos);
+  REQUIRE(msg.find("did not complete within " + std::to_string(kShort.count()) + " ms") != std::string::npos);
+}
+
 /// Every parked buffer is released once its collective has finished (shortly after the
 /// stalled rank's).
 inline void check_parking_drains() {
