@@ -111,7 +111,8 @@ class DistributedOptimizer {
   /// built identically on every rank).
   explicit DistributedOptimizer(::torch::optim::Optimizer& optimizer, DistributedOptions options = {});
 
-  /// Removes the hooks; waits for collectives still in flight.
+  /// Removes the hooks. Never blocks: reductions still in flight (e.g. after a timed-out
+  /// step()) keep the tensors they use alive until they finish.
   ~DistributedOptimizer();
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;

@@ -34,10 +34,6 @@
 
 namespace hvd {
 
-namespace detail {
-class SemiSyncEngine;
-}
-
 /// Whether a parameter's gradient is a dense tensor or a set of rows.
 enum class GradKind : uint8_t {
   kDense = 0,   ///< the gradient has the shape of the value
@@ -248,7 +244,9 @@ struct DistributedOptions {
   /// Prefix of the collective names: "<prefix>.<parameter name>".
   std::string name_prefix = "DistributedOptimizer";
   /// How long step()/synchronize() wait for the collectives; zero means forever. On expiry
-  /// a TimeoutError is thrown (the collectives go on).
+  /// a TimeoutError is thrown; the collectives go on, their buffers stay allocated until they
+  /// finish (even if the optimizer is destroyed), and calling step()/synchronize() again waits
+  /// again.
   std::chrono::milliseconds timeout{0};
 
   // ---- Semi-synchronous modes (docs/training.md, "Semi-synchronous training"). At most one of
@@ -298,6 +296,8 @@ class DistributedOptimizer : public Optimizer {
   /// across ranks that the parameter names are unique and that names, shapes and gradient
   /// kinds are identical on every rank (MismatchError on every rank otherwise).
   DistributedOptimizer(std::shared_ptr<Optimizer> optimizer, DistributedOptions options = {});
+  /// Never blocks: collectives still in flight (e.g. after a timed-out step()) keep the
+  /// buffers they use, and the parameters, alive until they finish.
   ~DistributedOptimizer() override;
 
   /// Declares `param`'s gradient final for this backward pass. On the last of
@@ -327,7 +327,7 @@ class DistributedOptimizer : public Optimizer {
   /// Number of step() calls since construction.
   int64_t steps_taken() const { return steps_taken_; }
   /// True when a semi-synchronous mode (staleness > 0 or local_sgd_period > 0) is on.
-  bool semi_synchronous() const { return semisync_ != nullptr; }
+  bool semi_synchronous() const { return semi_; }
 
   /// Clears the gradients and the pass counters. Throws if collectives are in flight.
   void zero_grad() override;
@@ -344,18 +344,14 @@ class DistributedOptimizer : public Optimizer {
   const DistributedOptions& options() const { return opts_; }
 
  private:
-  struct Slot;
-  void start(size_t i);
-  void finish(size_t i);
-  void wait_handle(const Handle& h);
+  struct Engine;  // the gradient engine on Parameter buffers (csrc/training/distributed_optimizer.cc)
   size_t index_of(const std::string& name) const;
 
   std::shared_ptr<Optimizer> inner_;
   DistributedOptions opts_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  bool synchronized_ = false;
+  std::unique_ptr<Engine> engine_;
   int64_t steps_taken_ = 0;
-  std::unique_ptr<detail::SemiSyncEngine> semisync_;  // csrc/training/semisync.cc
+  bool semi_ = false;  // a semi-synchronous mode is on
 };
 
 /// Stale-synchronous step pacing for programs that step independently (local SGD, or any
@@ -378,8 +374,7 @@ class StepGuard {
   /// `timeout` bounds each wait (TimeoutError on expiry); zero waits forever.
   explicit StepGuard(int staleness, std::string name = "StepGuard",
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
-  /// Waits for its pending allreduces only if every rank has finished; otherwise leaves their
-  /// (tiny) buffers allocated rather than block.
+  /// Never blocks: announcements still in flight keep their (tiny) buffers until they finish.
   ~StepGuard();
   StepGuard(const StepGuard&) = delete;
   StepGuard& operator=(const StepGuard&) = delete;
@@ -408,7 +403,7 @@ class StepGuard {
   int64_t steps_ = 0;
   int64_t known_ = 0;  // every rank has started at least this many steps
   bool finished_ = false;
-  std::vector<int64_t>* bufs_;   // staleness+1 slots, owned (leaked if destroyed while pending)
+  std::vector<int64_t>* bufs_;   // staleness+1 slots, owned (parked if destroyed while pending)
   std::vector<Handle> handles_;  // by slot
 };
 

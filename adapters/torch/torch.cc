@@ -1,9 +1,8 @@
-// Copyright horovod_cpp authors. The LibTorch adapter (horovod_cpp/torch.h).
+// Copyright horovod_cpp authors. The LibTorch adapter (horovod_cpp/torch.h): tensor views and
+// dtypes, results as tensors, and the broadcasts of modules and optimizer state (the
+// DistributedOptimizer is optimizer.cc). A broadcast's buffers are owned here until it
+// finishes: a timed-out wait parks them (csrc/training/in_flight.h) instead of freeing them.
 #include "horovod_cpp/torch.h"
-
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include <atomic>
 #include <map>
@@ -13,7 +12,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "semisync.h"
+#include "torch_ops.h"
+#include "training/in_flight.h"
 
 // CUDA tensors: only when LibTorch has CUDA and horovod_cpp was built with it (CMake defines
 // the macro then; see adapters/torch/CMakeLists.txt).
@@ -27,11 +27,6 @@ namespace hvd {
 namespace torch {
 
 namespace {
-
-std::string sizes_str(const at::Tensor& t) {
-  Shape s(t.sizes().begin(), t.sizes().end());
-  return shape_str(s);
-}
 
 #if HOROVOD_CPP_TORCH_CUDA
 // Makes LibTorch's CUDA caching allocator the library's allocator for the CUDA outputs it
@@ -130,7 +125,7 @@ TensorView view(const at::Tensor& t) {
   if (!t.defined()) throw InvalidArgumentError("horovod_cpp: undefined tensor");
   if (t.is_sparse()) throw InvalidArgumentError("horovod_cpp: view() of a sparse tensor");
   // Built only for an error: view() runs once per tensor per step.
-  auto what = [&t] { return "a tensor of shape " + sizes_str(t) + " on " + t.device().str(); };
+  auto what = [&t] { return "a tensor of shape " + detail::sizes_str(t) + " on " + t.device().str(); };
   if (!t.device().is_cpu() && !t.device().is_cuda()) {
     throw InvalidArgumentError("horovod_cpp: view() of " + what() +
                                ": only CPU and CUDA tensors are supported");
@@ -179,344 +174,6 @@ at::Tensor to_torch(const Tensor& tensor) {
 }
 
 // ------------------------------------------------------------------------------------------
-// DistributedOptimizer
-
-struct DistributedOptimizer::Impl {
-  struct Slot {
-    at::Tensor param;
-    std::string name;     // the parameter's name
-    std::string cname;    // collective name
-    bool sparse_hint = false;
-    int passes = 0;
-    bool started = false;
-    bool sparse_path = false;
-    bool compressed = false;
-    Handle h, hi, hv;
-    at::Tensor send;  // what travels: the grad itself, its fp16 copy, or the scaled values
-    at::Tensor idx;   // sparse indices, [nnz, sparse_dim]
-    std::shared_ptr<::torch::autograd::Node> acc;
-    uintptr_t hook_key = 0;
-  };
-
-  DistributedOptions opts;
-  std::vector<Slot> slots;
-  std::mutex mu;  // hooks may run on autograd threads
-  bool synchronized = false;
-  std::unique_ptr<detail::TorchSemiSync> semi;  // staleness / local SGD (semisync.cc)
-  int64_t steps = 0;
-
-  void mark_ready(size_t i) {
-    std::lock_guard<std::mutex> lk(mu);
-    Slot& s = slots[i];
-    if (s.started || s.passes >= opts.backward_passes_per_step) {
-      throw std::runtime_error("hvd::torch::DistributedOptimizer: the gradient of '" + s.name +
-                               "' was computed more than backward_passes_per_step (" +
-                               std::to_string(opts.backward_passes_per_step) +
-                               ") times before step(); call step() and zero_grad() between steps, or "
-                               "raise backward_passes_per_step (a parameter used twice in one graph is "
-                               "reduced once, after its last use, only if each use goes through one "
-                               "accumulation)");
-    }
-    synchronized = false;
-    // Semi-synchronous modes communicate in step(), once the whole step's gradients exist.
-    if (++s.passes == opts.backward_passes_per_step && !semi) start(s);
-  }
-
-  void start(Slot& s) {
-    ::torch::NoGradGuard no_grad;
-    at::Tensor& grad = s.param.mutable_grad();
-    const bool sparse_grad = grad.defined() ? grad.is_sparse() : s.sparse_hint;
-    if (!grad.defined()) {
-      if (sparse_grad) {
-        const int64_t sd = 1;
-        // Indices on the parameter's device too: allgathered with the values.
-        std::vector<int64_t> value_sizes{0};
-        for (int64_t d = 1; d < s.param.dim(); ++d) value_sizes.push_back(s.param.size(d));
-        grad = at::sparse_coo_tensor(at::empty({sd, 0}, s.param.options().dtype(at::kLong)),
-                                     at::empty(value_sizes, s.param.options()), s.param.sizes());
-      } else {
-        grad = at::zeros_like(s.param);
-      }
-    }
-    const double pass_scale =
-        opts.average_aggregated_gradients ? 1.0 / static_cast<double>(opts.backward_passes_per_step) : 1.0;
-    if (grad.is_sparse() && opts.sparse_as_dense) grad = grad.to_dense();
-    if (grad.is_sparse()) {
-      s.sparse_path = true;
-      double scale = pass_scale;
-      if (opts.op == ReduceOp::kAverage) scale /= static_cast<double>(size());
-      s.idx = grad._indices().t().contiguous();
-      s.send = (grad._values() * scale).contiguous();
-      s.hi = allgather_async(s.cname + ".indices", view(s.idx));
-      s.hv = allgather_async(s.cname + ".values", view(s.send));
-      s.started = true;
-      return;
-    }
-    s.sparse_path = false;
-    if (!grad.is_contiguous()) grad = grad.contiguous();
-    if (pass_scale != 1.0) grad.mul_(pass_scale);
-    AllreduceOptions ao;
-    ao.op = opts.op;
-    if (opts.op == ReduceOp::kAverage) {
-      ao.prescale_factor = 1.0 / opts.gradient_predivide_factor;
-      ao.postscale_factor = opts.gradient_predivide_factor;
-    }
-    s.compressed = opts.compression == Compression::kFP16 && grad.is_floating_point() &&
-                   grad.scalar_type() != at::kHalf;
-    s.send = s.compressed ? grad.to(at::kHalf).contiguous() : grad;
-    s.h = allreduce_async(s.cname, view(s.send), ao);
-    s.started = true;
-  }
-
-  void finish(Slot& s) {
-    ::torch::NoGradGuard no_grad;
-    if (s.sparse_path) {
-      s.hi.wait_up_to(opts.timeout);
-      s.hv.wait_up_to(opts.timeout);
-      at::Tensor idx = to_torch(s.hi.result()).t();
-      at::Tensor val = to_torch(s.hv.result()).to(s.param.scalar_type());
-      s.param.mutable_grad() = at::sparse_coo_tensor(idx, val, s.param.sizes());
-    } else {
-      s.h.wait_up_to(opts.timeout);
-      if (s.compressed) s.param.mutable_grad().copy_(s.send);
-    }
-    s.started = false;
-    s.passes = 0;
-    s.send = at::Tensor();
-    s.idx = at::Tensor();
-    s.h = s.hi = s.hv = Handle();
-  }
-
-  void synchronize() {
-    std::lock_guard<std::mutex> lk(mu);
-    if (semi) {
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: synchronize() is not available with staleness "
-                                 "or local SGD (step() does the communication); use flush() to complete it");
-    }
-    if (synchronized) return;
-    // Frozen parameters (requires_grad false) are left alone, as the torch optimizers do.
-    for (auto& s : slots) {
-      if (!s.started && s.param.requires_grad()) start(s);
-    }
-    for (auto& s : slots) {
-      if (s.started) finish(s);
-    }
-    synchronized = true;
-  }
-
-  void wait_all_quietly() {
-    for (auto& s : slots) {
-      for (const Handle* h : {&s.h, &s.hi, &s.hv}) {
-        if (!h->valid()) continue;
-        try {
-          h->wait();
-        } catch (...) {
-        }
-      }
-    }
-  }
-};
-
-namespace {
-
-// Post-hook of a parameter's AccumulateGrad node: its .grad() is final for this pass.
-class ReadyHook : public ::torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(std::weak_ptr<DistributedOptimizer::Impl> impl, size_t index) : impl_(std::move(impl)), index_(index) {}
-  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
-                                              const ::torch::autograd::variable_list& /*inputs*/) override {
-    if (auto impl = impl_.lock()) impl->mark_ready(index_);
-    return outputs;
-  }
-
- private:
-  std::weak_ptr<DistributedOptimizer::Impl> impl_;
-  size_t index_;
-};
-
-std::vector<std::pair<std::string, at::Tensor>> names_of_optimizer(
-    ::torch::optim::Optimizer& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  std::unordered_map<const void*, std::string> by_impl;
-  for (const auto& kv : named) by_impl.emplace(kv.second.unsafeGetTensorImpl(), kv.first);
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  size_t g = 0;
-  for (auto& group : optimizer.param_groups()) {
-    size_t i = 0;
-    for (auto& p : group.params()) {
-      auto it = by_impl.find(p.unsafeGetTensorImpl());
-      if (it == by_impl.end()) {
-        throw InvalidArgumentError("hvd::torch::DistributedOptimizer: parameter " + std::to_string(i) +
-                                   " of parameter group " + std::to_string(g) + " (shape " + sizes_str(p) +
-                                   ") has no name: it is not among the named parameters given");
-      }
-      out.emplace_back(it->second, p);
-      ++i;
-    }
-    ++g;
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, at::Tensor>> pairs_of(const ::torch::OrderedDict<std::string, at::Tensor>& d) {
-  std::vector<std::pair<std::string, at::Tensor>> v;
-  for (const auto& item : d) v.emplace_back(item.key(), item.value());
-  return v;
-}
-
-}  // namespace
-
-DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer, const ::torch::nn::Module& module,
-                                           DistributedOptions options)
-    : optimizer_(optimizer), opts_(std::move(options)) {
-  auto named = pairs_of(module.named_parameters(true));
-  init(names_of_optimizer(optimizer_, named));
-  // Parameters of sparse embeddings (the module itself may be one; it need not be held by a
-  // shared_ptr, so it is not listed through named_modules()).
-  auto is_sparse_embedding = [](const ::torch::nn::Module& m) {
-    if (auto* e = dynamic_cast<const ::torch::nn::EmbeddingImpl*>(&m)) return e->options.sparse();
-    if (auto* e = dynamic_cast<const ::torch::nn::EmbeddingBagImpl*>(&m)) return e->options.sparse();
-    return false;
-  };
-  auto mark = [this](const std::string& name) {
-    for (auto& s : impl_->slots) {
-      if (s.name == name) s.sparse_hint = true;
-    }
-  };
-  if (is_sparse_embedding(module)) mark("weight");
-  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
-    if (is_sparse_embedding(*item.value())) mark(item.key() + ".weight");
-  }
-}
-
-DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
-                                           const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
-                                           DistributedOptions options)
-    : optimizer_(optimizer), opts_(std::move(options)) {
-  init(names_of_optimizer(optimizer_, pairs_of(named_parameters)));
-}
-
-DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer, DistributedOptions options)
-    : optimizer_(optimizer), opts_(std::move(options)) {
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  size_t g = 0;
-  for (auto& group : optimizer_.param_groups()) {
-    size_t i = 0;
-    for (auto& p : group.params()) named.emplace_back("param_group." + std::to_string(g) + "." + std::to_string(i++), p);
-    ++g;
-  }
-  init(named);
-}
-
-void DistributedOptimizer::init(const std::vector<std::pair<std::string, at::Tensor>>& named) {
-  if (opts_.backward_passes_per_step < 1) {
-    throw InvalidArgumentError("hvd::torch::DistributedOptimizer: backward_passes_per_step must be >= 1");
-  }
-  if (opts_.gradient_predivide_factor <= 0) {
-    throw InvalidArgumentError("hvd::torch::DistributedOptimizer: gradient_predivide_factor must be > 0");
-  }
-  if (opts_.gradient_predivide_factor != 1.0 && opts_.op != ReduceOp::kAverage) {
-    throw InvalidArgumentError("hvd::torch::DistributedOptimizer: gradient_predivide_factor needs op average");
-  }
-  std::vector<std::pair<std::string, std::string>> desc;
-  for (const auto& kv : named) {
-    desc.emplace_back(kv.first, "shape " + sizes_str(kv.second) + " " + c10::toString(kv.second.scalar_type()));
-  }
-  check_consistent_across_ranks(desc, "hvd::torch::DistributedOptimizer", "parameter", opts_.timeout);
-
-  impl_ = std::make_shared<Impl>();
-  impl_->opts = opts_;
-  impl_->slots.resize(named.size());
-  for (size_t i = 0; i < named.size(); ++i) {
-    auto& s = impl_->slots[i];
-    s.name = named[i].first;
-    s.cname = opts_.name_prefix + "." + named[i].first;
-    s.param = named[i].second;
-  }
-  for (size_t i = 0; i < named.size(); ++i) {
-    auto& s = impl_->slots[i];
-    if (!s.param.requires_grad()) continue;
-    if (!s.param.is_leaf()) {
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: parameter '" + s.name + "' is not a leaf tensor");
-    }
-    s.acc = ::torch::autograd::impl::grad_accumulator(s.param);
-    if (!s.acc) {
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: no gradient accumulator for '" + s.name + "'");
-    }
-    s.hook_key = s.acc->add_post_hook(std::make_unique<ReadyHook>(impl_, i));
-  }
-  if (opts_.staleness != 0 || opts_.local_sgd_period != 0 || opts_.local_sgd_warmup_steps < 0) {
-    std::vector<std::pair<std::string, at::Tensor>> trainable;
-    for (auto& s : impl_->slots) {
-      if (s.param.requires_grad()) trainable.emplace_back(s.name, s.param);
-    }
-    impl_->semi = std::make_unique<detail::TorchSemiSync>(optimizer_, std::move(trainable), opts_);
-  }
-}
-
-DistributedOptimizer::~DistributedOptimizer() {
-  if (!impl_) return;
-  for (auto& s : impl_->slots) {
-    if (s.acc && s.hook_key) s.acc->del_post_hook(s.hook_key);
-  }
-  impl_->wait_all_quietly();
-}
-
-void DistributedOptimizer::synchronize() { impl_->synchronize(); }
-
-void DistributedOptimizer::step() {
-  if (impl_->semi) {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    impl_->semi->step(impl_->steps++);
-    for (auto& s : impl_->slots) s.passes = 0;
-    return;
-  }
-  impl_->synchronize();
-  optimizer_.step();
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  impl_->synchronized = false;
-  ++impl_->steps;
-}
-
-void DistributedOptimizer::flush() {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  if (impl_->semi) impl_->semi->flush();
-}
-
-int64_t DistributedOptimizer::steps_taken() const { return impl_->steps; }
-
-void DistributedOptimizer::zero_grad() {
-  {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    for (auto& s : impl_->slots) {
-      if (s.started) {
-        throw InvalidArgumentError("hvd::torch::DistributedOptimizer: zero_grad() while the reduction of '" + s.name +
-                                   "' is in flight; call step() or synchronize() first");
-      }
-      s.passes = 0;
-    }
-    impl_->synchronized = false;
-  }
-  optimizer_.zero_grad();
-}
-
-size_t DistributedOptimizer::in_flight() const {
-  std::lock_guard<std::mutex> lk(impl_->mu);
-  size_t n = 0;
-  for (const auto& s : impl_->slots) n += s.started ? 1 : 0;
-  return n;
-}
-
-void DistributedOptimizer::set_sparse(const std::string& name) {
-  for (auto& s : impl_->slots) {
-    if (s.name == name) {
-      s.sparse_hint = true;
-      return;
-    }
-  }
-  throw InvalidArgumentError("hvd::torch::DistributedOptimizer: no parameter named '" + name + "'");
-}
-
-// ------------------------------------------------------------------------------------------
 // Broadcasts
 
 namespace {
@@ -548,20 +205,22 @@ void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& n
                           std::chrono::milliseconds timeout) {
   std::vector<std::pair<std::string, std::string>> desc;
   for (const auto& item : named_tensors) {
-    desc.emplace_back(item.key(), "shape " + sizes_str(item.value()) + " " + c10::toString(item.value().scalar_type()));
+    desc.emplace_back(item.key(), "shape " + detail::sizes_str(item.value()) + " " + c10::toString(item.value().scalar_type()));
   }
   check_consistent_across_ranks(desc, "hvd::torch::broadcast_parameters", "tensor", timeout);
   ::torch::NoGradGuard no_grad;
   std::vector<Handle> hs;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copy_back;  // (target, contiguous buffer)
+  std::vector<std::pair<at::Tensor, at::Tensor>> bufs;  // (target, contiguous buffer: maybe the target)
   for (const auto& item : named_tensors) {
     at::Tensor t = item.value();
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
-    if (!buf.is_same(t)) copy_back.emplace_back(t, buf);
+    bufs.emplace_back(t, buf);
     hs.push_back(broadcast_async("broadcast_parameters." + item.key(), view(buf), root_rank));
   }
-  for (auto& h : hs) h.wait_up_to(timeout);
-  for (auto& tb : copy_back) tb.first.copy_(tb.second);
+  ::hvd::detail::wait_all_or_park(hs, timeout, bufs);
+  for (auto& tb : bufs) {
+    if (!tb.second.is_same(tb.first)) tb.first.copy_(tb.second);
+  }
 }
 
 void broadcast_parameters(const ::torch::nn::Module& module, int root_rank, std::chrono::milliseconds timeout) {
@@ -579,7 +238,7 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_ra
     size_t i = 0;
     for (auto& p : group.params()) {
       desc.emplace_back("param_group." + std::to_string(g) + "." + std::to_string(i++),
-                        "shape " + sizes_str(p) + " " + c10::toString(p.scalar_type()));
+                        "shape " + detail::sizes_str(p) + " " + c10::toString(p.scalar_type()));
     }
     ++g;
   }
@@ -604,12 +263,14 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_ra
     });
   }
   std::vector<int64_t> len{static_cast<int64_t>(bytes.size())};
-  Handle hl = broadcast_async(base + ".size", TensorView(len.data(), DataType::kInt64, Shape{1}), root_rank);
-  hl.wait_up_to(timeout);
+  const std::vector<Handle> hl{
+      broadcast_async(base + ".size", TensorView(len.data(), DataType::kInt64, Shape{1}), root_rank)};
+  ::hvd::detail::wait_all_or_park(hl, timeout, len);
   std::vector<unsigned char> buf(static_cast<size_t>(len[0]));
   if (rank() == root_rank) std::copy(bytes.begin(), bytes.end(), buf.begin());
-  Handle hb = broadcast_async(base + ".bytes", TensorView(buf.data(), DataType::kUInt8, Shape{len[0]}), root_rank);
-  hb.wait_up_to(timeout);
+  const std::vector<Handle> hb{
+      broadcast_async(base + ".bytes", TensorView(buf.data(), DataType::kUInt8, Shape{len[0]}), root_rank)};
+  ::hvd::detail::wait_all_or_park(hb, timeout, buf);
   if (rank() == root_rank) return;
   // The state goes where this rank's parameters are (the root's tensors may live on another
   // device, e.g. its own GPU): onto their device when they share one, else onto the CPU and

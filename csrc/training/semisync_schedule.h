@@ -1,8 +1,7 @@
 // Copyright horovod_cpp authors. Private: the schedule of the semi-synchronous modes (bounded
-// staleness, local SGD) of both DistributedOptimizers, hvd::DistributedOptimizer
-// (training/semisync.cc) and hvd::torch::DistributedOptimizer (adapters/torch/semisync.cc).
-// What each step submits, applies and averages is decided here once; the engines say how, on
-// their own tensors. Includes public headers only: the LibTorch adapter includes it too.
+// staleness, local SGD) of both DistributedOptimizers. What each step submits, applies and
+// averages is decided here once; the engine (training/semisync.h) says how, on a framework's
+// tensors. Includes public headers only: the LibTorch adapter includes it too.
 #pragma once
 
 #include <cstdint>
