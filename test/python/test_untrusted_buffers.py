@@ -90,9 +90,11 @@ def test_handle_keeps_storage_when_tensor_is_repointed(rank, size, how):
     else:
         x.data = torch.zeros(3)
     gc.collect()
-    assert alive() is not None, "the storage in flight was freed"
+    kept = alive()
+    assert kept is not None, "the storage in flight was freed"
     hvd.synchronize(h)
-    np.testing.assert_allclose(alive(), summed(size, (n,), 21), rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(kept, summed(size, (n,), 21), rtol=1e-5, atol=1e-4)
+    del kept
     gc.collect()
     assert alive() is None, "the storage was not released after synchronize"
     check_next_allreduce_works(rank, size, f"t.repoint.{how}.after")

@@ -6,6 +6,7 @@ Run outside mpirun:  python -m pytest test/runner
 
 import os
 import random
+import shlex
 import shutil
 import stat
 import subprocess
@@ -106,8 +107,8 @@ def test_hvdrun_passes_a_spaced_key_path_and_cleans_up(tmp_path):
                           "h1:1", "-i", str(key), "true"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    args = out.stdout.split()
-    value = args[args.index("plm_rsh_args") + 1].strip("'")
+    args = shlex.split(out.stdout)
+    value = args[args.index("plm_rsh_args") + 1]
     pieces = value.split(" ")
     assert pieces[0] == "-i" and len(pieces) == 2, value
     assert not os.path.exists(os.path.dirname(pieces[1]))  # removed when hvdrun ended
