@@ -101,8 +101,8 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_MIN_BYTES", &c.shm_min_bytes));
   // Bounded so that the segment's size (2 chunks + a header) cannot wrap, and a multiple of
   // 64 so that every slot and round in it starts aligned for the typed folds (and on a line).
-  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes,
-                               kMaxShmChunkBytes));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes, kMaxShmChunkBytes));
   if (c.shm_chunk_bytes % 64 != 0) {
     // Only a set value can be off: the default is a multiple.
     return bad("HOROVOD_CPP_SHM_CHUNK_BYTES", lookup("HOROVOD_CPP_SHM_CHUNK_BYTES").value_or(""),

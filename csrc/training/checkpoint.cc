@@ -133,8 +133,8 @@ void load_checkpoint(const std::string& path, const ParameterList& params, Optim
     return at < 0 || at > file_size ? 0 : static_cast<uint64_t>(file_size - at);
   };
   auto truncated = [&](const std::string& what) {
-    return std::runtime_error("load_checkpoint: '" + path + "' is truncated or malformed: " +
-                              what + " (" + std::to_string(left()) + " bytes left of " +
+    return std::runtime_error("load_checkpoint: '" + path + "' is truncated or malformed: " + what +
+                              " (" + std::to_string(left()) + " bytes left of " +
                               std::to_string(file_size) + ")");
   };
   char magic[8];

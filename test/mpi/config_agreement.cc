@@ -4,9 +4,9 @@
 //          -np 1 env VAR=VALUE hvd_config_agreement VAR SHOWN SHOWN0
 // The last rank alone runs with VAR=VALUE (the MPMD form gives it its own environment). Every
 // rank's init() must fail with a message naming VAR, rank 0's value as shown (SHOWN0) and the
-// last rank's (SHOWN); then the program exits 0 on that rank. (`timeline-link`: see below.) Any other outcome (init
-// succeeds, another error, a message that does not name them) exits 2. ctest's timeout turns
-// a hang into a failure.
+// last rank's (SHOWN); then the program exits 0 on that rank. (`timeline-link`: see below.) Any
+// other outcome (init succeeds, another error, a message that does not name them) exits 2. ctest's
+// timeout turns a hang into a failure.
 #include <unistd.h>
 
 #include <cstdio>
@@ -90,8 +90,7 @@ int main(int argc, char** argv) {
   } catch (const hvd::Error& e) {
     message = e.what();
   }
-  const std::string want[] = {var + " must be the same on every rank",
-                              "rank 0 has " + rank0_value,
+  const std::string want[] = {var + " must be the same on every rank", "rank 0 has " + rank0_value,
                               "rank " + std::to_string(size - 1) + " has " + value};
   for (const std::string& w : want) {
     if (message.find(w) == std::string::npos) {

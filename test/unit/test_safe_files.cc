@@ -3,13 +3,12 @@
 // /tmp must not make the library overwrite the link's target.
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 #include "common/config.h"
 #include "core/timeline.h"
@@ -75,8 +74,7 @@ TEST_CASE("the autotune log refuses a symbolic link; tuning goes on", "[safe_fil
   c.autotune_samples_per_trial = 1;
   int applied = 0;
   Autotuner tuner(
-      c, true, [](double*, double*) { return Status::OK(); },
-      [&](int64_t, double) { ++applied; });
+      c, true, [](double*, double*) { return Status::OK(); }, [&](int64_t, double) { ++applied; });
   for (int k = 0; k < 4; ++k) REQUIRE(tuner.after_cycle(1 << 20, 0.01 * k).ok());
   CHECK(applied > 0);  // the search ran without its log
   CHECK(d.victim_content() == "precious");
