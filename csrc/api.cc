@@ -282,9 +282,14 @@ void check_alltoall(TensorSubmit& q, const TensorView& input, const std::vector<
                                  " splits for " + std::to_string(n) + " ranks");
     }
     int64_t sum = 0;
+    bool overflow = false;  // a wrapped sum could pass the check below
     for (int64_t v : splits) {
       if (v < 0) throw InvalidArgumentError(describe(q) + ": negative split " + std::to_string(v));
-      sum += v;
+      overflow = overflow || __builtin_add_overflow(sum, v, &sum);
+    }
+    if (overflow) {
+      throw InvalidArgumentError(describe(q) + ": splits sum past 2^63-1, past dimension 0 (" +
+                                 std::to_string(dim0) + ")");
     }
     if (sum > dim0) {
       throw InvalidArgumentError(describe(q) + ": splits sum to " + std::to_string(sum) +

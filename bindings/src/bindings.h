@@ -43,13 +43,13 @@ inline void add_raw_function(py::module_& m, PyMethodDef* def) {
 }
 
 // ---- tensors.cc --------------------------------------------------------------------------
-/// A view of the memory of `obj`: a C-contiguous numpy array, or a contiguous torch tensor on
-/// the CPU or a CUDA device (recognised by duck typing: data_ptr(), dtype, shape; no libtorch
-/// is linked; a CUDA view carries torch.cuda.current_stream() of its device, which the
-/// collective waits on). No copy is
-/// made: `obj` must stay alive until the collective completes (the PyHandle keeps it).
-/// Throws ValueError (InvalidArgumentError) for a non-contiguous, read-only (when `writable`)
-/// or unsupported-dtype buffer, TypeError for an object that is neither.
+/// A view of the memory of `obj`: a C-contiguous, aligned numpy array, or a contiguous
+/// torch.Tensor (an instance of the type, or a subclass; no libtorch is linked: its
+/// data_ptr(), dtype and shape are read through Python) on the CPU or a CUDA device (a CUDA
+/// view carries torch.cuda.current_stream() of its device, which the collective waits on). No
+/// copy is made: `obj` must stay alive until the collective completes (the PyHandle keeps it).
+/// Throws ValueError (InvalidArgumentError) for a non-contiguous, unaligned, read-only (when
+/// `writable`) or unsupported-dtype buffer, TypeError for an object that is neither.
 hvd::TensorView view_of(py::handle obj, bool writable, const char* role);
 
 /// The per-call view of horovod_cpp.torch: `t` read with six interned attribute lookups and a

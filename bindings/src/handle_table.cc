@@ -22,7 +22,30 @@ struct Pending {
   py::object result;   ///< fast path: what synchronize() returns (the output tensor)
   py::object native;   ///< registered entry: the Handle object (None on the fast path)
   py::object finish;   ///< registered entry: finish(native) -> output
+  /// fast path: the storages of the input and (when another tensor) the output. The tensor
+  /// objects alone do not keep the memory the operation reads and writes: set_() or
+  /// `.data =` in flight points a tensor at other storage and would free this one.
+  py::object keep_storage, result_storage;
 };
+
+/// The storage object of the torch tensor `t`: untyped_storage() (torch >= 2), _storage()
+/// (1.13), chosen at the first call. None when `t` has none to give (a tensor subclass
+/// without storage): the entry then keeps the tensor object only, as before.
+py::object storage_of(py::handle t) {
+  static PyObject* name = nullptr;  // interned, never freed
+  if (name == nullptr) {
+    name = PyUnicode_InternFromString(
+        PyObject_HasAttrString(t.ptr(), "untyped_storage") ? "untyped_storage" : "_storage");
+  }
+  PyObject* args[2] = {nullptr, t.ptr()};
+  PyObject* s =
+      PyObject_VectorcallMethod(name, args + 1, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  if (s == nullptr) {
+    PyErr_Clear();
+    return py::none();
+  }
+  return py::reinterpret_steal<py::object>(s);
+}
 
 class HandleTable {
  public:
@@ -57,6 +80,8 @@ class HandleTable {
       if (p.handle.valid() && !p.handle.poll()) {
         p.keep.release();
         p.result.release();
+        p.keep_storage.release();
+        p.result_storage.release();
       }
     }
     entries_.clear();
@@ -129,12 +154,14 @@ py::object poll(py::handle handle) {
 /// if some failed, the first failure (in the order given) is raised once all have completed.
 py::list synchronize_all(py::sequence handles) {
   const size_t n = py::len(handles);
-  std::vector<Pending> taken(n);
+  // Every item is read before any entry leaves the table: reading one can raise (a sequence
+  // whose __getitem__ fails), and entries already taken would then be destroyed with their
+  // operations still in flight, freeing the memory those write.
+  std::vector<long long> ids(n, 0);
   std::vector<bool> known(n, false);
-  for (size_t i = 0; i < n; ++i) {
-    long long id = 0;
-    known[i] = id_of(handles[i], &id) && table().take(id, &taken[i]);
-  }
+  for (size_t i = 0; i < n; ++i) known[i] = id_of(handles[i], &ids[i]);
+  std::vector<Pending> taken(n);
+  for (size_t i = 0; i < n; ++i) known[i] = known[i] && table().take(ids[i], &taken[i]);
   std::vector<std::exception_ptr> errors(n);
   {
     py::gil_scoped_release nogil;
@@ -187,13 +214,15 @@ PyMethodDef g_synchronize = {
 }  // namespace
 
 long long add_fast_handle(hvd::Handle handle, py::object keep, py::object result) {
+  py::object keep_storage = storage_of(keep);
+  py::object result_storage = result.is(keep) ? py::none() : storage_of(result);
   return table().add(Pending{std::move(handle), std::move(keep), std::move(result), py::none(),
-                             py::none()});
+                             py::none(), std::move(keep_storage), std::move(result_storage)});
 }
 
 long long add_registered_handle(py::object native, py::object finish) {
-  return table().add(
-      Pending{hvd::Handle(), py::none(), py::none(), std::move(native), std::move(finish)});
+  return table().add(Pending{hvd::Handle(), py::none(), py::none(), std::move(native),
+                             std::move(finish), py::none(), py::none()});
 }
 
 void register_handle_table(py::module_& m) {

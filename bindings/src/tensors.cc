@@ -69,6 +69,12 @@ hvd::TensorView numpy_view(const py::array& a, bool writable, const char* role) 
   if (!(a.flags() & py::array::c_style)) {
     invalid(std::string(role) + ": the array must be C-contiguous (use numpy.ascontiguousarray)");
   }
+  // The reductions read and write whole elements: an array at an address that is not a
+  // multiple of its element size (numpy.frombuffer at an odd offset) is refused.
+  constexpr int kNpyArrayAligned = 0x0100;  // NPY_ARRAY_ALIGNED
+  if (!(a.flags() & kNpyArrayAligned)) {
+    invalid(std::string(role) + ": the array is not aligned for its dtype (copy it: a.copy())");
+  }
   if (writable && !a.writeable()) invalid(std::string(role) + ": the array is read-only");
   hvd::TensorView v;
   v.dtype = numpy_dtype(a.dtype(), role);
@@ -115,6 +121,26 @@ hvd::TensorView torch_view(py::handle t, const char* role) {
   v.data = reinterpret_cast<void*>(t.attr("data_ptr")().cast<std::uintptr_t>());
   for (py::handle d : t.attr("shape")) v.shape.push_back(d.cast<int64_t>());
   return v;
+}
+
+/// True for a torch.Tensor (or a subclass, e.g. torch.nn.Parameter). A type check, not duck
+/// typing: an object that merely has data_ptr(), dtype and shape would otherwise hand the
+/// library any address to read and write. torch is never imported here: when the program
+/// has not imported it, nothing it passes can be a tensor.
+bool is_torch_tensor(py::handle obj) {
+  static PyTypeObject* tensor_type = nullptr;  // referenced for ever once found
+  if (tensor_type == nullptr) {
+    PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+    if (torch == nullptr) return false;
+    PyObject* t = PyObject_GetAttrString(torch, "Tensor");
+    if (t == nullptr || !PyType_Check(t)) {
+      PyErr_Clear();
+      Py_XDECREF(t);
+      return false;
+    }
+    tensor_type = reinterpret_cast<PyTypeObject*>(t);
+  }
+  return PyObject_TypeCheck(obj.ptr(), tensor_type);
 }
 
 // ---- the per-call fast path of horovod_cpp.torch ------------------------------------------
@@ -203,10 +229,7 @@ hvd::TensorView view_of(py::handle obj, bool writable, const char* role) {
   if (py::isinstance<py::array>(obj)) {
     return numpy_view(py::reinterpret_borrow<py::array>(obj), writable, role);
   }
-  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "is_contiguous") &&
-      py::hasattr(obj, "dtype")) {
-    return torch_view(obj, role);
-  }
+  if (is_torch_tensor(obj)) return torch_view(obj, role);
   throw py::type_error(std::string(role) + ": expected a numpy.ndarray or a torch.Tensor, got " +
                        std::string(Py_TYPE(obj.ptr())->tp_name));
 }
@@ -225,7 +248,8 @@ void read_cpu_contiguous(py::handle t, const TorchNames& n, hvd::TensorView* v) 
 
 bool torch_plain_view(py::handle t, hvd::TensorView* v) {
   const TorchNames& n = torch_names();
-  if (attr_of(t, n.is_cpu).ptr() != Py_True || attr_of(t, n.is_sparse).ptr() != Py_False ||
+  if (!is_torch_tensor(t) || attr_of(t, n.is_cpu).ptr() != Py_True ||
+      attr_of(t, n.is_sparse).ptr() != Py_False ||
       call_method0(t, n.is_contiguous).ptr() != Py_True ||
       !lookup_torch_dtype(attr_of(t, n.dtype), &v->dtype)) {
     return false;

@@ -11,6 +11,8 @@ namespace {
 
 using Lookup = std::function<std::optional<std::string>(const char*)>;
 
+constexpr int64_t kMaxShmChunkBytes = 1ll << 40;  // 1 TiB
+
 Status bad(const char* var, const std::string& value, const char* expected) {
   return Status::InvalidArgument(std::string("environment variable ") + var + "='" + value +
                                  "' is not " + expected);
@@ -97,7 +99,15 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM", &c.shm_enabled));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM_CONTROL", &c.shm_control));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_MIN_BYTES", &c.shm_min_bytes));
-  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes));
+  // Bounded so that the segment's size (2 chunks + a header) cannot wrap, and a multiple of
+  // 64 so that every slot and round in it starts aligned for the typed folds (and on a line).
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_SHM_CHUNK_BYTES", &c.shm_chunk_bytes, kMaxShmChunkBytes));
+  if (c.shm_chunk_bytes % 64 != 0) {
+    // Only a set value can be off: the default is a multiple.
+    return bad("HOROVOD_CPP_SHM_CHUNK_BYTES", lookup("HOROVOD_CPP_SHM_CHUNK_BYTES").value_or(""),
+               "a multiple of 64");
+  }
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_SHM_GATHER_MAX_BYTES", &c.shm_gather_max_bytes));
   HVD_RETURN_IF_ERROR(

@@ -50,7 +50,8 @@ struct Config {
   /// Shared memory is faster at every size, and sums every element in rank order wherever
   /// it lies in a fused batch (bitwise-reproducible results across runs that fuse differently).
   int64_t shm_min_bytes = 0;
-  /// HOROVOD_CPP_SHM_CHUNK_BYTES (default 1 MiB): bytes per pipelined shared-memory step.
+  /// HOROVOD_CPP_SHM_CHUNK_BYTES (default 1 MiB): bytes per pipelined shared-memory step; a
+  /// multiple of 64 of at most 1 TiB (smaller than 4 KiB counts as 4 KiB).
   int64_t shm_chunk_bytes = 1024 * 1024;
   /// HOROVOD_CPP_SHM_SINGLE_COPY_BYTES (default 0 = never) and
   /// HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES (default 256 KiB; 0 = no limit): broadcasts of at

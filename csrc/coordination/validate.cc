@@ -48,10 +48,14 @@ std::string disagreement(const std::vector<const Request*>& reqs,
 // The MPI data plane counts bytes (allgather, alltoall) or elements (reducescatter) in C ints.
 // Checked here, where every rank's sizes are known, so the tensor fails on every rank instead
 // of one rank returning early while the others enter the MPI call. CUDA tensors go through
-// NCCL, which has no such limit. Empty when within the limits.
-std::string mpi_size_limit(const Response& resp, int n) {
-  constexpr int64_t kMax = 0x7fffffffLL;
-  if (!resp.device.is_cpu()) return "";
+// NCCL, whose counts are size_t: they get a bound of 2^48 (more than any device holds) so
+// that sizes other ranks announce never reach NCCL, the allocator or the byte offsets derived
+// from them near int64 overflow. Empty when within the limits.
+std::string size_limit(const Response& resp, int n) {
+  const bool cpu = resp.device.is_cpu();
+  const int64_t kMax = cpu ? 0x7fffffffLL : (1LL << 48);
+  const std::string max_text = cpu ? "2^31-1" : "2^48";
+  const std::string plane = cpu ? "the MPI data plane" : "a CUDA collective";
   const int64_t esize = static_cast<int64_t>(dtype_size(resp.dtype));
   const int64_t row =
       resp.shape.empty() ? 1 : num_elements(Shape(resp.shape.begin() + 1, resp.shape.end()));
@@ -62,8 +66,8 @@ std::string mpi_size_limit(const Response& resp, int n) {
     }
     const int64_t bytes = saturating_mul(saturating_mul(rows, row), esize);
     if (bytes > kMax) {
-      return "the gathered result is " + std::to_string(bytes) +
-             " bytes; the MPI data plane moves at most 2^31-1 bytes per allgather";
+      return "the gathered result is " + std::to_string(bytes) + " bytes; " + plane +
+             " moves at most " + max_text + " bytes per allgather";
     }
   } else if (resp.op == OpType::kAlltoall && resp.all_splits.size() == static_cast<size_t>(n) * n) {
     for (int r = 0; r < n; ++r) {
@@ -80,13 +84,13 @@ std::string mpi_size_limit(const Response& resp, int n) {
       const int64_t recv_bytes = saturating_mul(saturating_mul(recv, row), esize);
       if (std::max(send_bytes, recv_bytes) > kMax) {
         return "rank " + std::to_string(r) + " would send " + std::to_string(send_bytes) +
-               " and receive " + std::to_string(recv_bytes) +
-               " bytes; the MPI data plane moves at most 2^31-1 bytes per rank per alltoall";
+               " and receive " + std::to_string(recv_bytes) + " bytes; " + plane +
+               " moves at most " + max_text + " bytes per rank per alltoall";
       }
     }
   } else if (resp.op == OpType::kReducescatter && num_elements(resp.shape) > kMax) {
-    return std::to_string(num_elements(resp.shape)) +
-           " elements; the MPI data plane reduce-scatters at most 2^31-1 elements";
+    return std::to_string(num_elements(resp.shape)) + " elements; " + plane +
+           " reduce-scatters at most " + max_text + " elements";
   }
   return "";
 }
@@ -153,7 +157,7 @@ Response build_response(const std::vector<const Request*>& reqs) {
                      : q->shape == first.shape);
   }
   if (identical && first.op != OpType::kAllgather && first.op != OpType::kAlltoall) {
-    if (auto limit = mpi_size_limit(resp, static_cast<int>(reqs.size())); !limit.empty()) {
+    if (auto limit = size_limit(resp, static_cast<int>(reqs.size())); !limit.empty()) {
       resp.error = std::string(op_type_name(first.op)) + " '" + first.name + "': " + limit;
     }
     return resp;
@@ -224,7 +228,7 @@ Response build_response(const std::vector<const Request*>& reqs) {
     case OpType::kJoin:
       break;
   }
-  if (auto limit = mpi_size_limit(resp, n); !limit.empty()) return fail(op, limit);
+  if (auto limit = size_limit(resp, n); !limit.empty()) return fail(op, limit);
   if (first.op == OpType::kAllreduce || first.op == OpType::kReducescatter) {
     if (auto d = disagreement(reqs, [](const Request& q) {
           return std::string("op ") + reduce_op_name(q.reduce_op);

@@ -32,19 +32,22 @@ Status Runtime::start(const InitOptions& options) {
   set_host_buffer_huge_pages(config_.huge_pages);
   HVD_RETURN_IF_ERROR(make_world(options, &world_));
   set_log_rank(world_->rank());
+  // Started before the agreement, which tells every rank whether rank 0 could open it.
+  timeline_ = std::make_unique<Timeline>(world_->rank());
+  Status timeline = Status::OK();
+  if (!config_.timeline_path.empty()) {
+    timeline = timeline_->start(config_.timeline_path, config_.timeline_mark_cycles);
+  }
   Status agree = check_version_agreement();
-  if (agree.ok()) agree = check_config_agreement();
+  if (agree.ok()) agree = check_config_agreement(timeline);
   if (!agree.ok()) {
+    timeline_.reset();
     world_.reset();
     return agree;
   }
   HVD_LOG(kDebug) << "config: " << config_.describe() << "; rank " << world_->rank() << "/"
                   << world_->size() << " local " << world_->local_rank() << "/" << world_->local_size()
                   << " cross " << world_->cross_rank() << "/" << world_->cross_size();
-  timeline_ = std::make_unique<Timeline>(world_->rank());
-  if (!config_.timeline_path.empty()) {
-    HVD_RETURN_IF_ERROR(timeline_->start(config_.timeline_path, config_.timeline_mark_cycles));
-  }
   std::vector<int> all(static_cast<size_t>(world_->size()));
   for (int r = 0; r < world_->size(); ++r) all[static_cast<size_t>(r)] = r;
   int id = 0;
@@ -94,36 +97,89 @@ Status Runtime::check_version_agreement() {
 }
 
 // Settings that change what the ranks compute together must be equal everywhere: the cache
-// (identical caches), the fusion plan and the chunking (matching MPI calls).
-Status Runtime::check_config_agreement() {
-  constexpr int kN = 14;
-  std::vector<int64_t> mine = {config_.cache_capacity,       config_.fusion_threshold_bytes,
-                        config_.reduce_chunk_bytes,   config_.shm_enabled ? 1 : 0,
-                        config_.shm_min_bytes,        config_.shm_chunk_bytes,
-                        config_.autotune ? 1 : 0,     config_.shm_gather_max_bytes,
-                        config_.shm_single_copy_bytes, config_.shm_hierarchical ? 1 : 0,
-                        config_.test_ranks_per_host,  config_.test_hosts_round_robin ? 1 : 0,
-                        config_.shm_control ? 1 : 0,  config_.shm_single_copy_max_bytes};
-  const char* names[kN] = {"HOROVOD_CACHE_CAPACITY",    "HOROVOD_FUSION_THRESHOLD",
-                           "HOROVOD_CPP_REDUCE_CHUNK_BYTES", "HOROVOD_CPP_SHM",
-                           "HOROVOD_CPP_SHM_MIN_BYTES", "HOROVOD_CPP_SHM_CHUNK_BYTES",
-                           "HOROVOD_AUTOTUNE", "HOROVOD_CPP_SHM_GATHER_MAX_BYTES",
-                           "HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", "HOROVOD_CPP_SHM_HIERARCHICAL",
-                           "HOROVOD_CPP_TEST_RANKS_PER_HOST", "HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN",
-                           "HOROVOD_CPP_SHM_CONTROL", "HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES"};
+// (identical caches), the fusion plan, the chunking and the transport choices (matching MPI
+// calls and shared-memory steps: a rank that skips a step the others take hangs or reads the
+// wrong bytes). All are compared in one exchange; each rank fails init() with the same message,
+// which names the first setting that differs and every rank whose value differs from rank 0's.
+// The same exchange carries whether this rank's timeline (rank 0's) could be started, so
+// that a refused HOROVOD_TIMELINE fails init() on every rank instead of leaving the others
+// waiting for rank 0.
+Status Runtime::check_config_agreement(const Status& timeline) {
+  const Config& c = config_;
+  // `autotune_only`: compared only with autotune on, where every rank runs the same search and
+  // must call its collective sample exchange in the same cycles (tuning/autotuner.cc).
+  struct Setting {
+    const char* name;
+    int64_t value;
+    bool is_double;  // `value` holds the bits of a double
+    bool autotune_only;
+  };
+  auto bits = [](double d) {
+    int64_t v;
+    std::memcpy(&v, &d, sizeof(v));
+    return v;
+  };
+  const Setting settings[] = {
+      {"HOROVOD_CACHE_CAPACITY", c.cache_capacity, false, false},
+      {"HOROVOD_FUSION_THRESHOLD", c.fusion_threshold_bytes, false, false},
+      {"HOROVOD_CPP_REDUCE_CHUNK_BYTES", c.reduce_chunk_bytes, false, false},
+      {"HOROVOD_CPP_SHM", c.shm_enabled ? 1 : 0, false, false},
+      {"HOROVOD_CPP_SHM_MIN_BYTES", c.shm_min_bytes, false, false},
+      {"HOROVOD_CPP_SHM_CHUNK_BYTES", c.shm_chunk_bytes, false, false},
+      {"HOROVOD_AUTOTUNE", c.autotune ? 1 : 0, false, false},
+      {"HOROVOD_CPP_SHM_GATHER_MAX_BYTES", c.shm_gather_max_bytes, false, false},
+      {"HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", c.shm_single_copy_bytes, false, false},
+      {"HOROVOD_CPP_SHM_HIERARCHICAL", c.shm_hierarchical ? 1 : 0, false, false},
+      {"HOROVOD_CPP_TEST_RANKS_PER_HOST", c.test_ranks_per_host, false, false},
+      {"HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN", c.test_hosts_round_robin ? 1 : 0, false, false},
+      {"HOROVOD_CPP_SHM_CONTROL", c.shm_control ? 1 : 0, false, false},
+      {"HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES", c.shm_single_copy_max_bytes, false, false},
+      {"HOROVOD_CPP_SHM_MEASURED_MIN_BYTES", c.shm_measured_min_bytes, false, false},
+      {"HOROVOD_CPP_TEST_SHM_PATH_VOTES", c.test_shm_path_votes ? 1 : 0, false, false},
+      {"HOROVOD_CYCLE_TIME", bits(c.cycle_time_ms), true, true},
+      {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", c.autotune_warmup_samples, false, true},
+      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", c.autotune_steps_per_sample, false, true},
+      {"HOROVOD_CPP_AUTOTUNE_SAMPLES_PER_TRIAL", c.autotune_samples_per_trial, false, true},
+  };
+  constexpr size_t kN = sizeof(settings) / sizeof(settings[0]);
+  constexpr size_t kWords = kN + 1;  // the settings, then the timeline's status
+  std::vector<int64_t> mine(kWords);
+  for (size_t k = 0; k < kN; ++k) mine[k] = settings[k].value;
+  mine[kN] = timeline.ok() ? 0 : 1;
   std::vector<int64_t> all;
   HVD_RETURN_IF_ERROR(world_->allgather(mine, &all));
-  for (int k = 0; k < kN; ++k) {
-    for (int r = 1; r < world_->size(); ++r) {
-      const int64_t v0 = all[static_cast<size_t>(k)];
-      const int64_t vr = all[static_cast<size_t>(kN * r + k)];
-      if (v0 != vr) {
-        std::ostringstream os;
-        os << names[k] << " must be the same on every rank: rank 0 has " << v0 << ", rank " << r
-           << " has " << vr;
-        return Status::InvalidArgument(os.str());
-      }
+  const size_t n = static_cast<size_t>(world_->size());
+  if (all.size() != kWords * n) return Status::Backend("config agreement: short allgather");
+  if (!timeline.ok()) return timeline;
+  for (size_t r = 0; r < n; ++r) {
+    if (all[kWords * r + kN] != 0) {
+      return Status::InvalidArgument("rank " + std::to_string(r) +
+                                     " could not start its timeline (HOROVOD_TIMELINE); its "
+                                     "error says why");
     }
+  }
+  auto show = [&](size_t k, int64_t v) {
+    if (!settings[k].is_double) return std::to_string(v);
+    double d;
+    std::memcpy(&d, &v, sizeof(d));
+    std::ostringstream os;
+    os << d;
+    return os.str();
+  };
+  const bool autotune = c.autotune;  // compared before the settings that depend on it
+  for (size_t k = 0; k < kN; ++k) {
+    if (settings[k].autotune_only && !autotune) continue;
+    std::ostringstream os;
+    int differ = 0;
+    for (size_t r = 1; r < n; ++r) {
+      if (all[kWords * r + k] == all[k]) continue;
+      os << (differ++ ? ", " : "") << "rank " << r << " has " << show(k, all[kWords * r + k]);
+    }
+    if (differ == 0) continue;
+    return Status::InvalidArgument(std::string(settings[k].name) +
+                                   " must be the same on every rank" +
+                                   (settings[k].autotune_only ? " with HOROVOD_AUTOTUNE=1" : "") +
+                                   ": rank 0 has " + show(k, all[k]) + ", " + os.str());
   }
   return Status::OK();
 }

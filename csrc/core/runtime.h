@@ -52,7 +52,7 @@ class Runtime {
   Runtime();
   Status start(const InitOptions& options);
   Status check_version_agreement();
-  Status check_config_agreement();
+  Status check_config_agreement(const Status& timeline);
   Status create_set(std::vector<int> ranks, int id);
 
   Config config_;

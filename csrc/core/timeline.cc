@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "common/json_escape.h"
+#include "common/safe_file.h"
 
 namespace hvd {
 
@@ -22,8 +23,9 @@ Status Timeline::start(const std::string& path, bool mark_cycles) {
   if (rank_ != 0) return Status::OK();
   std::lock_guard<std::mutex> ctl(control_mu_);
   if (enabled()) return Status::InvalidArgument("start_timeline: a timeline is already being written");
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return Status::InvalidArgument("start_timeline: cannot open '" + path + "' for writing");
+  std::string error;
+  std::FILE* f = open_for_write_nofollow(path, &error);
+  if (!f) return Status::InvalidArgument("start_timeline: " + error);
   std::fputs("[\n]", f);
   std::fflush(f);
   file_ = f;

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <sstream>
 
 #include "common/logging.h"
+#include "common/safe_file.h"
 
 namespace hvd {
 namespace {
@@ -34,15 +36,21 @@ Autotuner::Autotuner(const Config& config, bool write_log, Agree agree, Apply ap
       apply_(std::move(apply)),
       steps_per_sample_(static_cast<int>(std::max<int64_t>(1, config.autotune_steps_per_sample))) {
   if (write_log && !config.autotune_log.empty()) {
-    log_ = std::make_unique<std::ofstream>(config.autotune_log, std::ios::trunc);
-    if (!*log_) {
-      HVD_LOG(kWarning) << "autotune: cannot write HOROVOD_AUTOTUNE_LOG=" << config.autotune_log
+    std::string error;
+    log_.reset(open_for_write_nofollow(config.autotune_log, &error));
+    if (!log_) {
+      HVD_LOG(kWarning) << "autotune: HOROVOD_AUTOTUNE_LOG: " << error
                         << "; tuning goes on without a log";
-      log_.reset();
     } else {
-      *log_ << "trial,fusion_threshold_mb,cycle_time_ms,score_mb_per_s,best\n" << std::flush;
+      log_line("trial,fusion_threshold_mb,cycle_time_ms,score_mb_per_s,best\n");
     }
   }
+}
+
+void Autotuner::log_line(const std::string& line) {
+  if (!log_) return;
+  std::fputs(line.c_str(), log_.get());
+  std::fflush(log_.get());
 }
 
 Status Autotuner::after_cycle(int64_t allreduce_bytes, double now_s) {
@@ -70,10 +78,9 @@ Status Autotuner::after_cycle(int64_t allreduce_bytes, double now_s) {
                      << " trials: HOROVOD_FUSION_THRESHOLD=" << static_cast<int64_t>(v[0] * kMiB)
                      << " HOROVOD_CYCLE_TIME=" << v[1] << " ("
                      << search_.best_score() / kMiB << " MiB/s)";
-      if (log_) {
-        *log_ << "best," << v[0] << "," << v[1] << "," << search_.best_score() / kMiB << ",1\n"
-              << std::flush;
-      }
+      std::ostringstream os;
+      os << "best," << v[0] << "," << v[1] << "," << search_.best_score() / kMiB << ",1\n";
+      log_line(os.str());
     } else {
       HVD_LOG(kDebug) << "autotune: trying fusion " << v[0] << " MiB, cycle " << v[1] << " ms";
     }
@@ -83,9 +90,10 @@ Status Autotuner::after_cycle(int64_t allreduce_bytes, double now_s) {
 
 void Autotuner::log_trial(size_t index, const ParameterSearch::Trial& t) {
   if (!log_) return;
-  *log_ << index << "," << t.values[0] << "," << t.values[1] << ","
-        << std::setprecision(6) << t.score / kMiB << ",0\n"
-        << std::flush;
+  std::ostringstream os;
+  os << index << "," << t.values[0] << "," << t.values[1] << "," << std::setprecision(6)
+     << t.score / kMiB << ",0\n";
+  log_line(os.str());
 }
 
 }  // namespace hvd

@@ -15,7 +15,7 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +47,7 @@ class Autotuner {
 
  private:
   void log_trial(size_t index, const ParameterSearch::Trial& t);
+  void log_line(const std::string& line);  // one flushed line, when there is a log
 
   ParameterSearch search_;
   Agree agree_;
@@ -56,7 +57,7 @@ class Autotuner {
   double bytes_ = 0;
   double sample_start_s_ = -1;
   size_t logged_trials_ = 0;
-  std::unique_ptr<std::ofstream> log_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_{nullptr, std::fclose};
 };
 
 }  // namespace hvd

@@ -121,6 +121,41 @@ TEST_CASE("alltoall over the MPI size limit fails on every rank, naming the rank
   CHECK(x == static_cast<float>(n));
 }
 
+TEST_CASE("alltoall splits whose sum overflows fail on every rank, naming the rank",
+          "[local_errors]") {
+  Session s;
+  const int n = hvd::size(), me = hvd::rank(), odd = n - 1;
+  std::vector<float> in(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) in[static_cast<size_t>(k)] = static_cast<float>(me * 100 + k);
+  std::vector<int64_t> splits(static_cast<size_t>(n), 1);
+  const hvd::TensorView view(in.data(), DataType::kFloat32, {n});
+  if (me == odd) {
+    // INT64_MAX + 1 wraps to a negative sum, which would pass "sum <= dimension 0".
+    std::vector<int64_t> wrap(static_cast<size_t>(n), 0);
+    wrap[0] = INT64_MAX;
+    wrap[1] = 1;
+    try {
+      hvd::alltoall_async("a2a.wrap", view, wrap);
+      FAIL_CHECK("splits summing past 2^63-1 were accepted");
+    } catch (const hvd::InvalidArgumentError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("alltoall 'a2a.wrap'"));
+      CHECK_THAT(e.what(), Catch::Contains("splits sum past 2^63-1"));
+    }
+  } else {
+    const std::string m = error_of(hvd::alltoall_async("a2a.wrap", view, splits));
+    CHECK_THAT(m, Catch::Contains("'a2a.wrap'"));
+    CHECK_THAT(m, Catch::Contains("rank " + std::to_string(odd) + ": "));
+    CHECK_THAT(m, Catch::Contains("splits sum past 2^63-1"));
+  }
+  // The next alltoall works: rank r receives element r of every rank.
+  hvd::Handle h = hvd::alltoall_async("a2a.after.wrap", view, splits);
+  wait_ok(h);
+  const hvd::Tensor out = h.result();
+  REQUIRE(out.numel() == n);
+  const float* got = static_cast<const float*>(out.data());
+  for (int k = 0; k < n; ++k) CHECK(got[k] == static_cast<float>(k * 100 + me));
+}
+
 TEST_CASE("process sets added from two threads at once", "[local_errors][process_sets]") {
   Session s;
   const int n = hvd::size();

@@ -112,6 +112,9 @@ TEST_CASE("bad values are errors naming the variable and the value", "[config]")
       {"HOROVOD_TIMELINE_MARK_CYCLES", {"maybe"}},
       {"HOROVOD_CPP_REDUCE_CHUNK_BYTES", {"-4096", "4k"}},
       {"HOROVOD_CPP_ABORT_GRACE_SECONDS", {"-1", "later", "inf"}},
+      // Over 1 TiB (the segment's size would wrap) or not a multiple of 64 (misaligned folds).
+      {"HOROVOD_CPP_SHM_CHUNK_BYTES",
+       {"9223372036854775807", "1099511627840", "-64", "4100", "1048577", "65632"}},
   };
   for (const auto& [var, values] : bad) {
     for (const auto& value : values) {
@@ -124,6 +127,24 @@ TEST_CASE("bad values are errors naming the variable and the value", "[config]")
       CHECK_THAT(st.message(), Catch::Contains("'" + value + "'"));
     }
   }
+}
+
+TEST_CASE("shm chunk bytes: multiples of 64 up to 1 TiB are kept", "[config]") {
+  for (const auto& [text, want] : std::map<std::string, int64_t>{
+           {"4096", 4096}, {"65536", 65536}, {"1099511627776", 1099511627776LL},
+           {"64", 4096}}) {  // below the 4 KiB minimum: raised to it
+    INFO(text);
+    Config c;
+    REQUIRE(load({{"HOROVOD_CPP_SHM_CHUNK_BYTES", text}}, &c).ok());
+    CHECK(c.shm_chunk_bytes == want);
+  }
+  Config c;
+  const Status st = load({{"HOROVOD_CPP_SHM_CHUNK_BYTES", "4128"}}, &c);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("a multiple of 64"));
+  const Status big = load({{"HOROVOD_CPP_SHM_CHUNK_BYTES", "2199023255552"}}, &c);
+  REQUIRE_FALSE(big.ok());
+  CHECK_THAT(big.message(), Catch::Contains("[0, 1099511627776]"));
 }
 
 TEST_CASE("describe lists every variable", "[config]") {

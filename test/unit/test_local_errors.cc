@@ -101,6 +101,37 @@ TEST_CASE("MPI size limits fail the tensor on every rank, naming the rank", "[lo
   CHECK_THAT(big.error, Catch::Contains("2^31-1 elements"));
 }
 
+TEST_CASE("CUDA collectives are bounded too: sizes near int64 overflow fail on every rank",
+          "[local_errors]") {
+  const int n = 2;
+  const Device cuda{Device::Kind::kCUDA, -1};
+  // Alltoall: rank 1 announces 2^62 rows of 8 bytes for rank 0 (saturates to 2^63-1 bytes).
+  std::vector<Request> reqs(n);
+  for (int r = 0; r < n; ++r) {
+    reqs[r] = req("a2a.cuda", {1ll << 62, 2});
+    reqs[r].op = OpType::kAlltoall;
+    reqs[r].dtype = DataType::kFloat32;
+    reqs[r].device = cuda;
+    reqs[r].splits = {r == 1 ? 1ll << 62 : 0, 0};
+  }
+  Response a = build_response({&reqs[0], &reqs[1]});
+  CHECK_THAT(a.error, Catch::Contains("alltoall 'a2a.cuda'"));
+  CHECK_THAT(a.error, Catch::Contains("rank 0 would send 0 and receive 9223372036854775807"));
+  CHECK_THAT(a.error, Catch::Contains("a CUDA collective moves at most 2^48 bytes"));
+  // Allgather: 2^40 rows of 512 bytes = 2^49 bytes gathered.
+  Request g0 = req("ag.cuda", {1ll << 40, 128}), g1 = g0;
+  g0.op = g1.op = OpType::kAllgather;
+  g0.dtype = g1.dtype = DataType::kFloat32;
+  g0.device = g1.device = cuda;
+  g1.shape[0] = 0;
+  Response g = build_response({&g0, &g1});
+  CHECK_THAT(g.error, Catch::Contains("allgather 'ag.cuda'"));
+  CHECK_THAT(g.error, Catch::Contains("the gathered result is 562949953421312 bytes"));
+  // Within the bound (2^30 rows): accepted.
+  g0.shape[0] = 1ll << 30;
+  CHECK(build_response({&g0, &g1}).ok());
+}
+
 namespace {
 
 // Rank 1's plane that garbles what it sends in the gather (a rank running other code, or

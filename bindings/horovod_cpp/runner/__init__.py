@@ -8,6 +8,7 @@ See docs/running.md.
 """
 
 import os
+import shutil
 import sys
 
 from . import checks, cli, hosts as hostlib, launch
@@ -53,6 +54,18 @@ def main(argv=None):
               f"({hostlib.format_hosts(hosts)}, from {source}); add hosts or slots, or pass "
               "--oversubscribe", file=sys.stderr)
         return 2
+    key_folder = None
+    if args.ssh_identity_file:
+        args.ssh_identity_file, key_folder = launch.rsh_safe_identity(args.ssh_identity_file)
+    try:
+        return _launch(args, hosts, np_, source)
+    finally:
+        if key_folder:
+            shutil.rmtree(key_folder, ignore_errors=True)
+
+
+def _launch(args, hosts, np_, source):
+    """Checks the hosts (unless --skip-checks) and runs the job, or prints it (--dry-run)."""
     cmd = launch.build_command(args, hosts, os.environ)
     if args.dry_run:
         print(" ".join(launch.shlex.quote(c) for c in cmd))

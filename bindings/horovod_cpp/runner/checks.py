@@ -96,6 +96,18 @@ def probe_main():
           f"{os.path.dirname(os.path.abspath(hvd.__file__))}", flush=True)
 
 
+def parse_probe_line(line):
+    """(host name, version, folder) from a probe_main line, or None when it is not one.
+
+    The line comes from another machine: a short, garbled or hostile one is reported as such
+    by the caller, never raised as a ValueError.
+    """
+    parts = line.split(" ", 3)
+    if len(parts) != 4 or parts[0] != PROBE_TAG or not all(parts[1:]):
+        return None
+    return parts[1], parts[2], parts[3]
+
+
 class CheckError(RuntimeError):
     """A host failed the pre-launch check; the message names it and says why."""
 
@@ -147,13 +159,18 @@ def check_hosts(args, hosts, mpirun="mpirun", python=None, verbose=False):
             problems.append(f"host {host!r}: could not start {python} there "
                             f"(exit {proc.returncode}): {tail}")
             continue
-        _, remote_name, version, where = line.split(" ", 3)
+        parsed = parse_probe_line(line)
+        if parsed is None:
+            problems.append(f"host {host!r}: the check's answer is malformed: {line[:200]!r} "
+                            f"(expected '{PROBE_TAG} HOST VERSION FOLDER')")
+            continue
+        remote_name, version, where = parsed
         versions[host] = version
         if verbose:
-            print(f"hvdrun: host {host} ({remote_name}) has horovod_cpp {version} at {where}",
-                  file=sys.stderr)
+            print(f"hvdrun: host {host} ({remote_name!r}) has horovod_cpp {version!r} at "
+                  f"{where!r}", file=sys.stderr)
         if version != hvd.__version__:
-            problems.append(f"host {host!r}: horovod_cpp {version} at {where}, but this host "
+            problems.append(f"host {host!r}: horovod_cpp {version!r} at {where!r}, but this host "
                             f"has {hvd.__version__}; install the same version everywhere")
     if problems:
         raise CheckError("hvdrun: pre-launch check failed (use --skip-checks to launch "

@@ -12,6 +12,29 @@ class HostError(ValueError):
     """A host list, hostfile or Slurm variable that cannot be understood."""
 
 
+#: A host name or IPv4 address: letters, digits, '.', '-' and '_' (found in /etc/hosts names),
+#: starting with a letter, a digit or '_'. Names reach mpirun's -H (where ',' separates hosts
+#: and ':' slots) and, through Open MPI's rsh agent, ssh's command line (where a leading '-'
+#: is an option): anything else is refused rather than passed on.
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def check_host_name(name, where):
+    """Raises HostError naming `where` and the entry unless `name` is a plain host name."""
+    if _HOST_NAME.fullmatch(name):
+        return
+    if name.startswith("-"):
+        why = "it starts with '-' (ssh would take it as an option)"
+    elif "," in name:
+        why = "it holds a ',' (mpirun would take it as several hosts)"
+    elif len(name) > 253:
+        why = "it is longer than 253 characters"
+    else:
+        why = "a host name has only letters, digits, '.', '-' and '_', and starts with a " \
+              "letter, a digit or '_'"
+    raise HostError(f"{where}: host {name!r} is refused: {why}")
+
+
 def parse_hosts(text):
     """Parses Horovod's ``-H`` syntax: ``a:4,b:4`` (``a`` alone means one slot).
 
@@ -56,6 +79,7 @@ def parse_hostfile(path):
             continue
         fields = line.split()
         name, slots = fields[0], 1
+        check_host_name(name, f"{path}:{lineno}")
         for field in fields[1:]:
             key, sep, value = field.partition("=")
             if key == "slots" and sep:
@@ -116,7 +140,9 @@ def slurm_hosts(env=None):
     if len(counts) != len(nodes):
         raise HostError(f"Slurm: SLURM_JOB_NODELIST={nodelist!r} names {len(nodes)} nodes but "
                         f"SLURM_TASKS_PER_NODE={tasks!r} gives {len(counts)} counts")
-    return list(zip(nodes, counts))
+    hosts = list(zip(nodes, counts))
+    _check_unique(hosts, f"Slurm: SLURM_JOB_NODELIST={nodelist!r}")
+    return hosts
 
 
 def format_hosts(hosts):
@@ -129,8 +155,10 @@ def total_slots(hosts):
 
 
 def _check_unique(hosts, where):
+    """Every name valid (check_host_name) and listed once."""
     seen = set()
     for name, _ in hosts:
+        check_host_name(name, where)
         if name in seen:
             raise HostError(f"{where}: host {name!r} is listed twice")
         seen.add(name)

@@ -5,6 +5,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 
 from . import hosts as hostlib
 
@@ -44,6 +45,26 @@ def forwarded_names(env, settings):
         if name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES):
             names.append(name)
     return names
+
+
+def rsh_safe_identity(path):
+    """A path to the ssh key `path` that reaches ssh as one argument, and a folder to remove.
+
+    Open MPI splits plm_rsh_args at spaces, with no quoting, so a key path holding whitespace
+    would reach ssh as several arguments (the key not found, the rest taken as the command).
+    Such a path is replaced by a link to it, in a fresh folder only this user can enter
+    (mkdtemp: 0700) whose path has no whitespace. Returns (path, None) when the path is fine
+    as it is, else (link, folder): the caller removes the folder after the job.
+    """
+    if not any(c.isspace() for c in path):
+        return path, None
+    folder = tempfile.mkdtemp(prefix="hvdrun-key.")
+    if any(c.isspace() for c in folder):  # TMPDIR itself has whitespace
+        os.rmdir(folder)
+        folder = tempfile.mkdtemp(prefix="hvdrun-key.", dir="/tmp")
+    link = os.path.join(folder, "identity")
+    os.symlink(os.path.abspath(path), link)
+    return link, folder
 
 
 def launch_args(args, hosts):
