@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sanitizer runs (called by scripts/run_tests.sh; docs/testing.md):
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer build (HOROVOD_CPP_SANITIZE=ON): the
-#         unit tests, the fuzz-corpus replays, and the multi-rank suite at 2 and 3 ranks on
-#         each CPU data path (default, MPI only, shared memory only);
+#         unit tests, the fuzz-corpus replays, the multi-rank suite at 2 and 3 ranks on
+#         each CPU data path (default, MPI only, shared memory only), and a corrupted rank 0's
+#         responses refused at 2 and 3 ranks (test/fault/run_corrupt.sh);
 #   tsan  ThreadSanitizer build (HOROVOD_CPP_SANITIZE_THREAD=ON): the unit tests and the
 #         multi-rank suite at 2 ranks (default data path).
 # Only the library and the test executables are built (no examples, bindings, adapters or
@@ -27,7 +28,7 @@ configure_and_build() {  # dir, cmake flags...
     -DHOROVOD_CPP_BUILD_EXAMPLES=OFF -DHOROVOD_CPP_BUILD_PYTHON=OFF \
     -DHOROVOD_CPP_WITH_CUDA=OFF -DHOROVOD_CPP_WITH_TORCH=OFF "$@" >/dev/null
   cmake --build "$dir" -j"$JOBS" --target hvd_unit_tests hvd_mpi_tests \
-    fuzz_wire fuzz_controller fuzz_config fuzz_json_escape
+    fuzz_wire fuzz_controller fuzz_config fuzz_json_escape hvd_corrupt
 }
 
 for which in "${WHICH[@]}"; do
@@ -45,7 +46,7 @@ for which in "${WHICH[@]}"; do
       export LSAN_OPTIONS="suppressions=$ROOT/test/sanitizers/lsan.supp:print_suppressions=0"
       export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
       ctest --test-dir "$dir" --output-on-failure --timeout 600 \
-        -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23])$' || status=1
+        -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23]|fault_corrupt_response_np[23])$' || status=1
       unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_env_list
       ;;
     tsan)

@@ -43,7 +43,12 @@ ProcessSetState::ProcessSetState(int id, std::vector<int> global_ranks, int my_g
   copts.stall_check_seconds = config_.stall_check_seconds;
   copts.stall_check_disabled = config_.stall_check_disabled;
   copts.stall_shutdown_seconds = config_.stall_shutdown_seconds;
+  copts.test_corrupt_response = config_.test_corrupt_response;
   controller_ = std::make_unique<Controller>(planes_->control.get(), copts);
+  controller_->set_response_check(
+      [this](const std::vector<Response>& rs, std::vector<std::string>* problems) {
+        check_responses(rs, problems);
+      });
   HVD_LOG(kDebug) << "process set " << id_ << ": transports " << planes_->transports->describe();
   executor_ = std::make_unique<Executor>(planes_->transports.get(), config_.fusion_threshold_bytes,
                                          global_ranks_, timeline_);
@@ -219,6 +224,7 @@ Status ProcessSetState::enqueue_one(Single&& t) {
   q.root = t.root;
   q.local_tag = at;
   q.cache_hint = p.cache_hint;
+  e.asked = digest_of(q);
   t.input->shape.clear();  // moved-from: now certainly empty, so the view moves a few words
   e.input = std::move(*t.input);
   if (t.output) {
@@ -287,6 +293,7 @@ ProcessSetState::Place& ProcessSetState::claim(uint32_t at) {
 void ProcessSetState::fill(uint32_t at, TensorEntry& e) {
   Place& p = claim(at);
   e.op = e.request.op;
+  e.asked = digest_of(e.request);
   p.entry = std::move(static_cast<PendingTensor&>(e));
   // The request goes straight to the negotiation, tagged with its place.
   e.request.local_tag = at;
@@ -348,6 +355,28 @@ void ProcessSetState::take_entries(const std::vector<Response>& responses,
     --pending_count_;
     taken_.emplace_back(at, &p.entry);
     (*entries)[i] = &p.entry;
+  }
+}
+
+void ProcessSetState::check_responses(const std::vector<Response>& responses,
+                                      std::vector<std::string>* problems) {
+  // Before execute(): the joined state is the one it will see (the join response clears it).
+  const bool joined = controller_->joined();
+  const int size = static_cast<int>(global_ranks_.size());
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = responses[i];
+    if (!r.ok()) continue;
+    const uint32_t at = names_.find(r.name);
+    if (at == NameIndex::kNone || pool_[at].state != PlaceState::kPending) {
+      // A joined rank runs allreduces it did not submit, with zeros (take_entries()).
+      if (!(joined && r.op == OpType::kAllreduce)) {
+        (*problems)[i] = "rank " + std::to_string(rank_) + " has not submitted it";
+      }
+      continue;
+    }
+    const Status s = check_response_against_request(r, pool_[at].entry.asked_for(), rank_, size);
+    if (!s.ok()) (*problems)[i] = s.message();
   }
 }
 

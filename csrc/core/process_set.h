@@ -225,6 +225,8 @@ class ProcessSetState : public detail::CycleDriver {
   uint32_t place_for(const std::string& name, uint32_t at, OpType* pending_op);
   /// Moves `e` into place `at` (made pending) and its request, tagged, to new_requests_.
   void fill(uint32_t at, TensorEntry& e);
+  /// Controller::ResponseCheck: a full cycle's responses against this rank's pending tensors.
+  void check_responses(const std::vector<Response>& responses, std::vector<std::string>* problems);
   /// Makes place `at` pending, the one filled after the last (mu_ held), and returns it.
   Place& claim(uint32_t at);
   /// Before a submission's lookups (mu_ held): the failure of enqueue() while the set stops
