@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "checked_allreduce.h"
 #include "horovod_cpp/horovod_cpp.h"
 
 namespace {
@@ -37,23 +38,6 @@ bool corrupts(const std::string& mode, const std::string& op) {
   if (mode == "scalar" || mode == "first_dim") return op == "allgather" || op == "alltoall";
   if (mode == "splits") return op == "alltoall";
   return false;
-}
-
-// Sums `n` floats (rank + i % 7) across ranks and checks every element.
-void checked_allreduce(const std::string& name, int n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(g_rank + i % 7);
-  hvd::AllreduceOptions sum;
-  sum.op = hvd::ReduceOp::kSum;
-  hvd::allreduce(name, hvd::TensorView(v.data(), hvd::DataType::kFloat32, {n}), sum);
-  for (int i = 0; i < n; ++i) {
-    const float want = static_cast<float>(g_size * (g_size - 1) / 2 + g_size * (i % 7));
-    if (v[static_cast<size_t>(i)] != want) {
-      fail("'" + name + "'[" + std::to_string(i) + "] = " +
-           std::to_string(v[static_cast<size_t>(i)]) + ", expected " + std::to_string(want));
-      return;
-    }
-  }
 }
 
 // Runs `run` (collective `op` on "hvd_corrupt.<op>"), which checks its own result; when MODE
@@ -77,7 +61,7 @@ void expect(const std::string& mode, const std::string& op, const std::function<
         std::printf("%s %s: refused on every rank: %s\n", mode.c_str(), op.c_str(), msg.c_str());
     }
   }
-  checked_allreduce("after." + op, 1000);
+  if (!hvd_fault::checked_allreduce("after." + op, 1000)) g_ok = false;
 }
 
 }  // namespace
