@@ -1,7 +1,6 @@
 // Copyright horovod_cpp authors.
 #include "coordination/response_check.h"
 
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -9,19 +8,6 @@ namespace hvd {
 namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
-// One step of a cheap 64-bit mix (a multiply and a shift: this runs for every submitted
-// tensor). Not a defence against a chosen collision: the sizes are compared as they are.
-inline uint64_t mix(uint64_t h, uint64_t x) {
-  h = (h ^ x) * 0x9e3779b97f4a7c15ull;
-  return h ^ (h >> 29);
-}
-
-uint64_t bits_of(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, sizeof(u));
-  return u;
-}
 
 // a + b, or kMax when it does not fit (both are non-negative counts).
 int64_t saturating_add(int64_t a, int64_t b) {
@@ -38,36 +24,6 @@ bool uses_rows(OpType op) {
 }
 
 }  // namespace
-
-uint64_t shape_digest(const int64_t* dims, size_t ndims) {
-  uint64_t h = mix(0x68766463707073ull, ndims);
-  for (size_t i = 0; i < ndims; ++i) h = mix(h, static_cast<uint64_t>(dims[i]));
-  return h;
-}
-
-uint64_t params_digest(OpType op, ReduceOp reduce_op, double prescale, double postscale,
-                       const int64_t* splits, size_t nsplits) {
-  uint64_t h = mix(0x706172616d73ull, static_cast<uint64_t>(op));
-  if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
-    h = mix(mix(mix(h, static_cast<uint64_t>(reduce_op)), bits_of(prescale)), bits_of(postscale));
-  } else if (op == OpType::kAlltoall) {
-    h = mix(h, nsplits);
-    for (size_t i = 0; i < nsplits; ++i) h = mix(h, static_cast<uint64_t>(splits[i]));
-  }
-  return h;
-}
-
-RequestDigest digest_of(const Request& q) {
-  RequestDigest d;
-  d.numel = num_elements(q.shape);
-  d.shape_hash = shape_digest(q.shape.data(), q.shape.size());
-  d.params_hash =
-      params_digest(q.op, q.reduce_op, q.prescale, q.postscale, q.splits.data(), q.splits.size());
-  d.dim0 = q.shape.empty() ? -1 : q.shape[0];
-  d.root = q.root;
-  d.reduce_op = q.reduce_op;
-  return d;
-}
 
 AskedFor asked_for(const Request& q) {
   AskedFor a;

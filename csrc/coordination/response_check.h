@@ -10,6 +10,7 @@
 // every rank fail a tensor that any rank found wrong (Controller::set_response_check).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -41,14 +42,65 @@ struct AskedFor {
   RequestDigest digest;
 };
 
+namespace detail {
+/// One step of a cheap 64-bit mix (a multiply and a shift: the digests are made for every
+/// submitted tensor, inline). Not a defence against a chosen collision: the sizes buffers are
+/// made from are compared as they are.
+inline uint64_t mix(uint64_t h, uint64_t x) {
+  h = (h ^ x) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 29);
+}
+inline uint64_t double_bits(double d) {
+  uint64_t u;
+  __builtin_memcpy(&u, &d, sizeof(u));
+  return u;
+}
+}  // namespace detail
+
 /// A digest of a shape (its rank and every extent); equal shapes give equal digests.
-uint64_t shape_digest(const int64_t* dims, size_t ndims);
+inline uint64_t shape_digest(const int64_t* dims, size_t ndims) {
+  uint64_t h = detail::mix(0x68766463707073ull, ndims);
+  for (size_t i = 0; i < ndims; ++i) h = detail::mix(h, static_cast<uint64_t>(dims[i]));
+  return h;
+}
 /// The digest of the parameters of `op` beyond shape, dtype and root: allreduce and
 /// reducescatter: reduce op, prescale and postscale; alltoall: the splits this rank sends.
-uint64_t params_digest(OpType op, ReduceOp reduce_op, double prescale, double postscale,
-                       const int64_t* splits, size_t nsplits);
-/// The digest of `q`, computed where the request is complete (ProcessSetState::fill).
-RequestDigest digest_of(const Request& q);
+inline uint64_t params_digest(OpType op, ReduceOp reduce_op, double prescale, double postscale,
+                              const int64_t* splits, size_t nsplits) {
+  uint64_t h = detail::mix(0x706172616d73ull, static_cast<uint64_t>(op));
+  if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
+    h = detail::mix(detail::mix(detail::mix(h, static_cast<uint64_t>(reduce_op)),
+                                detail::double_bits(prescale)),
+                    detail::double_bits(postscale));
+  } else if (op == OpType::kAlltoall) {
+    h = detail::mix(h, nsplits);
+    for (size_t i = 0; i < nsplits; ++i) h = detail::mix(h, static_cast<uint64_t>(splits[i]));
+  }
+  return h;
+}
+/// The digest of `q`, made where the request is complete (ProcessSetState::fill and
+/// enqueue_one): inline, one pass over the shape (this runs for every submitted tensor).
+inline RequestDigest digest_of(const Request& q) {
+  RequestDigest d;
+  const int64_t* dims = q.shape.data();
+  const size_t nd = q.shape.size();
+  // The elements as num_elements() counts them (saturating; a request's extents are checked
+  // non-negative where it is submitted, or it carries an error and is never checked).
+  int64_t n = 1;
+  bool zero = false;
+  for (size_t i = 0; i < nd; ++i) {
+    zero |= dims[i] == 0;
+    if (__builtin_mul_overflow(n, dims[i], &n)) n = INT64_MAX;
+  }
+  d.numel = zero ? 0 : n;
+  d.dim0 = nd == 0 ? -1 : dims[0];
+  d.shape_hash = shape_digest(dims, nd);
+  d.params_hash = params_digest(q.op, q.reduce_op, q.prescale, q.postscale, q.splits.data(),
+                                q.splits.size());
+  d.root = q.root;
+  d.reduce_op = q.reduce_op;
+  return d;
+}
 /// `q` as the check sees it (tests and the fuzzer; the runtime builds it from its table).
 AskedFor asked_for(const Request& q);
 

@@ -775,3 +775,29 @@ TEST_CASE("loop: enqueue_one refuses a pending name and a stopped set, taking no
   CHECK(s.message().find("allreduce 'x' rejected") != std::string::npos);
   CHECK(again.shape == Shape{4});
 }
+
+// fuzz_execute's first find (test/fuzz/regressions/fuzz_execute/empty-fused-allreduce): a
+// fused batch of empty allreduces copied zero bytes from a null fusion buffer (memcpy's
+// pointers must not be null, even for zero bytes: UBSan stopped the rank).
+TEST_CASE("loop: empty allreduces fused into one batch complete", "[loop]") {
+  const int n = GENERATE(1, 2, 3);
+  InProcessSets sets(n, test_config());
+  const std::string err = on_ranks(n, [&](int rank) {
+    std::vector<float> none, some(3, static_cast<float>(rank));
+    std::vector<std::shared_ptr<detail::HandleState>> hs;
+    for (int i = 0; i < 4; ++i) {
+      TensorEntry e = entry(rank, OpType::kAllreduce, "empty." + std::to_string(i), none.data(),
+                            DataType::kFloat32, {0}, nullptr);
+      e.handle = std::make_shared<detail::HandleState>(e.request.name, 1);
+      hs.push_back(e.handle);
+      std::vector<TensorEntry> v;
+      v.push_back(std::move(e));
+      throw_if_error(sets.set(rank).enqueue(std::move(v)));
+    }
+    hs.push_back(submit_one(sets.set(rank), "some", some.data(), 3));
+    for (const auto& h : hs) require_ok(h);
+    check_all("some", some.data(), 3, [&](int64_t) { return static_cast<float>(n * (n - 1) / 2); });
+  });
+  CHECK(err.empty());
+  INFO(err);
+}

@@ -338,3 +338,22 @@ TEST_CASE("process sets: a corrupted response fails on every rank, the next coll
   CHECK(err.empty());
   INFO(err);
 }
+
+TEST_CASE("a request's digest counts its elements as num_elements() does", "[response_check]") {
+  const int64_t big = int64_t{1} << 40;
+  for (const Shape& s : std::vector<Shape>{{}, {0}, {7}, {3, 0, 5}, {2, 3, 4, 5, 6}, {big, big},
+                                           {big, big, 0}, {big, 1, big, 2}}) {
+    Request q = make(OpType::kAllreduce, "x", s);
+    INFO(shape_str(s));
+    CHECK(digest_of(q).numel == num_elements(s));
+    CHECK(digest_of(q).dim0 == (s.empty() ? -1 : s[0]));
+  }
+  // The digests tell apart what differs.
+  const Request a = make(OpType::kAllreduce, "x", {4, 6});
+  Request b = a;
+  b.shape = {6, 4};
+  CHECK(digest_of(a).shape_hash != digest_of(b).shape_hash);
+  b = a;
+  b.prescale = 0.5;
+  CHECK(digest_of(a).params_hash != digest_of(b).params_hash);
+}
