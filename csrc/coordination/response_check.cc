@@ -119,7 +119,7 @@ Status check_response_against_request(const Response& r, const AskedFor& mine, i
                          typed(r.dtype, r.shape) + " at rank 0");
     }
   } else if (r.op != OpType::kJoin && r.op != OpType::kBarrier &&
-             (num_elements(r.shape) != d.numel ||
+             (num_elements(r.shape) != d.numel || (r.shape.empty() ? -1 : r.shape[0]) != d.dim0 ||
               shape_digest(r.shape.data(), r.shape.size()) != d.shape_hash)) {
     return differs("another shape (" + std::to_string(d.numel) + " elements" +
                        (d.dim0 < 0 ? std::string(", a scalar)")

@@ -57,25 +57,28 @@ inline uint64_t double_bits(double d) {
 }
 }  // namespace detail
 
-/// A digest of a shape (its rank and every extent); equal shapes give equal digests.
+/// A digest of a shape of two or more dimensions (its rank and every extent); 0 for fewer, which
+/// the elements and the first extent (RequestDigest::numel, dim0) already pin down.
 inline uint64_t shape_digest(const int64_t* dims, size_t ndims) {
+  if (ndims < 2) return 0;
   uint64_t h = detail::mix(0x68766463707073ull, ndims);
   for (size_t i = 0; i < ndims; ++i) h = detail::mix(h, static_cast<uint64_t>(dims[i]));
   return h;
 }
 /// The digest of the parameters of `op` beyond shape, dtype and root: allreduce and
-/// reducescatter: reduce op, prescale and postscale; alltoall: the splits this rank sends.
+/// reducescatter: reduce op, prescale and postscale (the reduce op alone when both are 1, the
+/// common case); alltoall: the splits this rank sends; 0 for the others.
 inline uint64_t params_digest(OpType op, ReduceOp reduce_op, double prescale, double postscale,
                               const int64_t* splits, size_t nsplits) {
-  uint64_t h = detail::mix(0x706172616d73ull, static_cast<uint64_t>(op));
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
-    h = detail::mix(detail::mix(detail::mix(h, static_cast<uint64_t>(reduce_op)),
-                                detail::double_bits(prescale)),
-                    detail::double_bits(postscale));
-  } else if (op == OpType::kAlltoall) {
-    h = detail::mix(h, nsplits);
-    for (size_t i = 0; i < nsplits; ++i) h = detail::mix(h, static_cast<uint64_t>(splits[i]));
+    const uint64_t h = static_cast<uint64_t>(reduce_op) + 1;
+    if (prescale == 1.0 && postscale == 1.0) return h;
+    return detail::mix(detail::mix(h << 8, detail::double_bits(prescale)),
+                       detail::double_bits(postscale));
   }
+  if (op != OpType::kAlltoall) return 0;
+  uint64_t h = detail::mix(0x73706c697473ull, nsplits);
+  for (size_t i = 0; i < nsplits; ++i) h = detail::mix(h, static_cast<uint64_t>(splits[i]));
   return h;
 }
 /// The digest of `q`, made where the request is complete (ProcessSetState::fill and

@@ -103,6 +103,16 @@ TEST_CASE("a response that differs from the request is refused, naming what diff
   r.shape = {2, 8};  // the same number of elements, another shape
   CHECK(verdict(r, q, 1, n).find("another shape") != std::string::npos);
   r = good;
+  r.shape = {4, 2, 2};  // the same elements and first dimension
+  CHECK(verdict(r, q, 1, n).find("another shape") != std::string::npos);
+  r = good;
+  r.shape = {16};
+  CHECK(verdict(r, q, 1, n).find("another shape") != std::string::npos);
+  Request s1 = make(OpType::kAllreduce, "s", {1}, 0);  // a scalar is not a vector of one
+  Response rs1 = honest(1, [&](int) { return s1; });
+  rs1.shape.clear();
+  CHECK(verdict(rs1, s1, 0, 1).find("another shape (1 elements, first dimension 1)") != std::string::npos);
+  r = good;
   r.dtype = DataType::kFloat64;
   CHECK(verdict(r, q, 1, n) ==
         "allreduce 'fc.w': rank 1 asked for float32, the response has float64");
