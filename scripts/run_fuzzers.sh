@@ -12,7 +12,7 @@ DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-6}
 WORK=${FUZZ_WORK:-$DIR/fuzz-work}
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_wire fuzz_controller fuzz_config fuzz_json_escape)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_wire fuzz_controller fuzz_config fuzz_json_escape fuzz_execute)
 CC=${FUZZ_CC:-clang-14} CXX=${FUZZ_CXX:-clang++-14} cmake -S . -B "$DIR" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHOROVOD_CPP_BUILD_FUZZERS=ON -DHOROVOD_CPP_BUILD_TESTS=ON \
   -DHOROVOD_CPP_BUILD_EXAMPLES=OFF -DHOROVOD_CPP_BUILD_PYTHON=OFF -DHOROVOD_CPP_WITH_CUDA=OFF \

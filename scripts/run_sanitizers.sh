@@ -3,6 +3,8 @@
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer build (HOROVOD_CPP_SANITIZE=ON): the
 #         unit tests, the fuzz-corpus replays, and the multi-rank suite at 2 and 3 ranks on
 #         each CPU data path (default, MPI only, shared memory only);
+#         a corrupted rank 0's responses refused at 2 and 3 ranks (test/fault/run_corrupt.sh);
+#         timed-out waits in the training API with a stalled peer;
 #   tsan  ThreadSanitizer build (HOROVOD_CPP_SANITIZE_THREAD=ON): the unit tests (among them
 #         unit_transports_in_process: the real shm and hier transports with thread-ranks, so
 #         their setup and shared-memory waits run under TSan too) and the multi-rank suite at
@@ -29,7 +31,7 @@ configure_and_build() {  # dir, cmake flags...
     -DHOROVOD_CPP_BUILD_EXAMPLES=OFF -DHOROVOD_CPP_BUILD_PYTHON=OFF \
     -DHOROVOD_CPP_WITH_CUDA=OFF -DHOROVOD_CPP_WITH_TORCH=OFF "$@" >/dev/null
   cmake --build "$dir" -j"$JOBS" --target hvd_unit_tests hvd_mpi_tests \
-    fuzz_wire fuzz_controller fuzz_config fuzz_json_escape
+    fuzz_wire fuzz_controller fuzz_config fuzz_json_escape fuzz_execute hvd_corrupt
 }
 
 for which in "${WHICH[@]}"; do
@@ -51,7 +53,7 @@ for which in "${WHICH[@]}"; do
       # timeout test runs in the main build's CTest, not under ASan.)
       cmake --build "$dir" -j"$JOBS" --target hvd_training_errors_tests
       ctest --test-dir "$dir" --output-on-failure --timeout 600 \
-        -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23]|training_errors_np[23])$' || status=1
+        -R '^(unit_.*|fuzz_.*_replay|mpi_core(_mpi_only|_shm_only)?_np[23]|training_errors_np[23]|fault_corrupt_response_np[23])$' || status=1
       unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS OMPI_MCA_mca_base_env_list
       ;;
     tsan)

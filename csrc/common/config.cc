@@ -90,6 +90,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_ABORT_GRACE_SECONDS", 0.0, &c.abort_grace_seconds));
   if (auto v = lookup("HOROVOD_CPP_TEST_FAKE_VERSION"); v) c.test_fake_version = *v;
+  if (auto v = lookup("HOROVOD_CPP_TEST_CORRUPT_RESPONSE"); v) c.test_corrupt_response = *v;
   HVD_RETURN_IF_ERROR(
       read_bool(lookup, "HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_CUDA_DEVICE", &c.cuda_device, 1 << 20));

@@ -108,6 +108,10 @@ struct Config {
   /// library version in the init-time check that every rank runs the same version and wire
   /// format, so the mismatch can be tested.
   std::string test_fake_version;
+  /// HOROVOD_CPP_TEST_CORRUPT_RESPONSE (tests only, default empty): rank 0 corrupts its
+  /// responses to tensors named "hvd_corrupt.*" this way (coordination/test_faults.h), so
+  /// that tests can check that every rank refuses them.
+  std::string test_corrupt_response;
 
   // Autotune (csrc/tuning/, docs/running.md): the fusion threshold and cycle time are searched
   // on the job's own steps, then the best are kept. Must be the same on every rank.

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/logging.h"
+#include "coordination/test_faults.h"
 #include "coordination/validate.h"
 #include "coordination/wire.h"
 
@@ -316,6 +317,10 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   ResponseList list;
   HVD_RETURN_IF_ERROR(deserialize(blob, &list));
   HVD_RETURN_IF_ERROR(check_response_list(list, plane_->size()));
+  // Before anything is cached or sized from them (response_agreement.cc).
+  if (response_check_ && !list.responses.empty()) {
+    HVD_RETURN_IF_ERROR(agree_on_responses(&list.responses));
+  }
 
   for (Response& r : list.responses) {
     if (r.op == OpType::kJoin) joined_ = false;
@@ -365,6 +370,11 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
     }
   }
   emit_ready_with_joined(n, &out.responses);
+  if (!options_.test_corrupt_response.empty()) {
+    for (Response& r : out.responses) {
+      corrupt_response_for_test(&r, options_.test_corrupt_response, n);
+    }
+  }
   if (stall_report) {
     bool stall_shutdown = false;
     std::string report = build_stall_report(lists, now, &stall_shutdown);

@@ -20,8 +20,11 @@
 //     rank 0 (gather); rank 0 adds them to its message table, and each tensor now submitted
 //     by every rank is checked (validate.h) into a response, successful or an error naming the
 //     ranks and values that differ, or the ranks that could not submit it (a request carrying
-//     a local error); rank 0 broadcasts the response list. Successful responses enter every
-//     rank's cache in list order. Rank 0 always broadcasts, even when it could not decode a
+//     a local error); rank 0 broadcasts the response list. Every rank checks each response
+//     against its own request (set_response_check(), response_check.h) and one more
+//     allreduce_and agrees on the verdicts: a response any rank refused fails on every rank
+//     (response_agreement.cc). Successful responses then enter every rank's cache in list
+//     order. Rank 0 always broadcasts, even when it could not decode a
 //     rank's requests (then the list is a fatal shutdown naming that rank): no rank is left
 //     waiting in the broadcast.
 //  5. Every rank executes the cached responses and then the broadcast ones, in order.
@@ -56,6 +59,9 @@ struct ControllerOptions {
   double stall_check_seconds = 60.0;
   bool stall_check_disabled = false;
   double stall_shutdown_seconds = 0.0;  ///< 0: never shut down for a stall
+  /// HOROVOD_CPP_TEST_CORRUPT_RESPONSE (tests only): rank 0 corrupts its responses to tensors
+  /// named "hvd_corrupt.*" this way before broadcasting them (corrupt_response_for_test()).
+  std::string test_corrupt_response;
 };
 
 /// A cache hit's response, tied back to this rank's request without its name.
@@ -218,6 +224,16 @@ class Controller {
   /// Rank 0's last stall report ("" if none yet).
   const std::string& last_stall_report() const { return last_stall_report_; }
 
+  /// Fills problems[i] (sized like `responses`) with why successful response i does not run
+  /// what this rank asked for (check_response_against_request()), or leaves it empty.
+  using ResponseCheck = std::function<void(const std::vector<Response>& responses,
+                                           std::vector<std::string>* problems)>;
+  /// Makes every full cycle check its responses on every rank before they are cached or run:
+  /// a response that any rank finds wrong fails on every rank, with what each such rank found
+  /// (one more allreduce_and per full cycle that brings responses, and a gather and broadcast
+  /// of the findings when there are some). Every rank of the set must set one, or none.
+  void set_response_check(ResponseCheck check) { response_check_ = std::move(check); }
+
  private:
   struct TableEntry {
     std::vector<std::optional<Request>> by_rank;
@@ -235,11 +251,13 @@ class Controller {
   std::string build_stall_report(const std::vector<RequestList>& lists, double now,
                            bool* shutdown);
   void update_stall_state(const std::vector<uint64_t>& v, uint32_t words);
+  Status agree_on_responses(std::vector<Response>* responses);
 
   ControlPlane* plane_;
   std::function<void(const std::string&, int)> on_request_;
   ControllerOptions options_;
   Clock clock_;
+  ResponseCheck response_check_;
   ResponseCache cache_;
 
   // Every rank.

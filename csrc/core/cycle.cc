@@ -26,7 +26,15 @@ Cycle::Cycle(int set_id, const std::vector<int>& global_ranks, int rank, SetPlan
   copts.stall_check_seconds = config.stall_check_seconds;
   copts.stall_check_disabled = config.stall_check_disabled;
   copts.stall_shutdown_seconds = config.stall_shutdown_seconds;
+  copts.test_corrupt_response = config.test_corrupt_response;
   controller_ = std::make_unique<Controller>(planes_->control.get(), copts);
+  // Every fresh response is checked against this rank's own request before anything is sized
+  // from it (the joined state is the one execute() will see: the join response clears it).
+  controller_->set_response_check(
+      [this](const std::vector<Response>& rs, std::vector<std::string>* problems) {
+        table_->check_responses(rs, controller_->joined(), static_cast<int>(global_ranks_.size()),
+                                problems);
+      });
   HVD_LOG(kDebug) << "process set " << id_ << ": transports " << planes_->transports->describe();
   executor_ = std::make_unique<Executor>(planes_->transports.get(), config.fusion_threshold_bytes,
                                          global_ranks_, timeline_);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "coordination/message.h"
+#include "coordination/response_check.h"
 #include "core/handle_state.h"
 #include "horovod_cpp/tensor.h"
 
@@ -25,6 +26,12 @@ struct PendingTensor {
   std::shared_ptr<detail::HandleState> handle;
   int part = 0;            ///< index of this tensor in its handle (grouped operations)
   int64_t enqueue_us = 0;  ///< when it was submitted (timeline)
+  /// What the request asked for beyond op, dtype and device (the views keep no shape): a
+  /// fresh response is checked against it before anything is sized from it.
+  RequestDigest asked;
+
+  /// The request as check_response_against_request() sees it.
+  AskedFor asked_for() const { return {op, input.dtype, input.device, asked}; }
 };
 
 /// One tensor of a submission: the caller's checked arguments, by pointer where they are

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "coordination/controller.h"
+#include "coordination/response_check.h"
 
 namespace hvd {
 
@@ -77,6 +78,7 @@ Status TensorTable::still_pending(OpType op, const std::string& name, OpType pen
   if (common.error) q.error = *common.error;
   q.local_tag = at;
   q.cache_hint = p.cache_hint;
+  e.asked = digest_of(q);
   in.shape.clear();  // moved-from: now certainly empty, so the view moves a few words
   e.input = std::move(in);
   if (t.output) {
@@ -266,6 +268,27 @@ void TensorTable::stop(const Status& why) {
   for (Orphan& o : orphans) {
     o.handle->complete(Status(why.code(), std::string(op_type_name(o.op)) + " '" + o.name +
                                               "' did not complete: " + why.message()));
+  }
+}
+
+
+
+void TensorTable::check_responses(const std::vector<Response>& responses, bool joined,
+                                  int set_size, std::vector<std::string>* problems) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = responses[i];
+    if (!r.ok()) continue;
+    const uint32_t at = names_.find(r.name);
+    if (at == NameIndex::kNone || pool_[at].state != PlaceState::kPending) {
+      // A joined rank runs allreduces it did not submit, with zeros (take_entries()).
+      if (!(joined && r.op == OpType::kAllreduce)) {
+        (*problems)[i] = "rank " + std::to_string(rank_) + " has not submitted it";
+      }
+      continue;
+    }
+    const Status s = check_response_against_request(r, pool_[at].entry.asked_for(), rank_, set_size);
+    if (!s.ok()) (*problems)[i] = s.message();
   }
 }
 

@@ -65,6 +65,11 @@ class TensorTable {
                     std::vector<PendingTensor*>* entries);
   /// After execute(): the taken places become free.
   void recycle_taken();
+  /// Controller::ResponseCheck: a full cycle's fresh responses against this rank's pending
+  /// tensors (`problems[i]` set for each response this rank refuses). `joined`: this rank has
+  /// joined, so it runs allreduces it did not submit (with zeros) and refuses none of those.
+  void check_responses(const std::vector<Response>& responses, bool joined, int set_size,
+                       std::vector<std::string>* problems) const;
 
   /// Asks for a shutdown: later submissions fail, and the scheduler's next cycle says so.
   void request_shutdown();

@@ -22,16 +22,19 @@ AllgatherPlan plan_allgather(const Response& r) {
 }
 
 int64_t alltoall_longest_block(const Response& r) {
-  const int64_t row_bytes = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+  const int64_t row_bytes =
+      saturating_mul(row_elements(r.shape), static_cast<int64_t>(dtype_size(r.dtype)));
   int64_t rows = 0;
   for (int64_t k : r.all_splits) rows = std::max(rows, k);
-  return rows * row_bytes;
+  // Saturating: check_response_sizes() refused every response whose sizes overflow.
+  return saturating_mul(rows, row_bytes);
 }
 
 AlltoallPlan plan_alltoall(const Response& r, int size, int rank) {
   const size_t n = static_cast<size_t>(size);
   const size_t me = static_cast<size_t>(rank);
-  const int64_t row_bytes = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+  const int64_t row_bytes =
+      saturating_mul(row_elements(r.shape), static_cast<int64_t>(dtype_size(r.dtype)));
   AlltoallPlan p;
   p.send_bytes.resize(n);
   p.recv_bytes.resize(n);
@@ -39,11 +42,14 @@ AlltoallPlan plan_alltoall(const Response& r, int size, int rank) {
   p.recv_from.assign(n, 0);
   // all_splits is the size x size matrix of rows: row i, column k = what member i sends to k.
   for (size_t k = 0; k < n; ++k) {
-    p.send_bytes[k] = r.all_splits[me * n + k] * row_bytes;
+    // Checked sums (check_response_sizes()): the products fit, and saturate rather than wrap.
+    p.send_bytes[k] = saturating_mul(r.all_splits[me * n + k], row_bytes);
     p.recv_rows[k] = r.all_splits[k * n + me];
-    p.recv_bytes[k] = p.recv_rows[k] * row_bytes;
+    p.recv_bytes[k] = saturating_mul(p.recv_rows[k], row_bytes);
     p.rows += p.recv_rows[k];
-    for (size_t j = 0; j < me; ++j) p.recv_from[k] += r.all_splits[k * n + j] * row_bytes;
+    for (size_t j = 0; j < me; ++j) {
+      p.recv_from[k] += saturating_mul(r.all_splits[k * n + j], row_bytes);
+    }
   }
   return p;
 }

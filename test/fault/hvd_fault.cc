@@ -30,28 +30,12 @@
 #include <thread>
 #include <vector>
 
+#include "checked_allreduce.h"
 #include "horovod_cpp/horovod_cpp.h"
 
 namespace {
 
-// Sums `n` floats (rank + i) across ranks and checks every element; true when right.
-bool checked_allreduce(const std::string& name, int n) {
-  const int me = hvd::rank(), size = hvd::size();
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(me + i % 7);
-  hvd::AllreduceOptions sum;
-  sum.op = hvd::ReduceOp::kSum;
-  hvd::allreduce(name, hvd::TensorView(v.data(), hvd::DataType::kFloat32, {n}), sum);
-  for (int i = 0; i < n; ++i) {
-    const float want = static_cast<float>(size * (size - 1) / 2 + size * (i % 7));
-    if (v[static_cast<size_t>(i)] != want) {
-      std::fprintf(stderr, "rank %d: '%s'[%d] = %g, expected %g\n", me, name.c_str(), i,
-                   v[static_cast<size_t>(i)], want);
-      return false;
-    }
-  }
-  return true;
-}
+using hvd_fault::checked_allreduce;
 
 // The bound is measured from this line (run_faults.sh): start-up time is not the library's.
 void announce_fault(int rank) {

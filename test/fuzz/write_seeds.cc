@@ -136,6 +136,41 @@ int main(int argc, char** argv) {
     write(root / "fuzz_controller", "root_mismatch", s);
   }
 
+  // Corrupted responses through the executor: see fuzz_execute.cc for the layout. Three ranks
+  // submit an allreduce float32[3,4], an allgather float64[r+1,2], a broadcast int32[4] from
+  // rank 1 and an alltoall float32[d0,3] (first dimensions 3,2,4; splits [1,1,1], [0,1,1],
+  // [2,2,0]); then the corruptions of rank 0's broadcasts.
+  {
+    const std::string tensors =
+        std::string("\x02\x03", 2) + std::string("\x00\x00\x02\x03\x04\x00\x00", 7) +
+        std::string("\x01\x01\x02\x09\x02\x01\x02\x03\x00\x00", 10) +
+        std::string("\x02\x02\x01\x04\x01\x00", 6) +
+        std::string("\x03\x00\x02\x01\x03\x03\x02\x04\x01\x01\x00\x01\x02\x02\x00\x00", 16);
+    const std::string fields = tensors + '\x01';  // field corruptions, not bytes
+    // One corruption: response `index`, word `v` (fuzz_execute.cc's corrupt()), field `f`.
+    const auto one = [](uint8_t index, uint64_t v, uint8_t f) {
+      return std::string(1, static_cast<char>(index)) + word(v) +
+             std::string(1, static_cast<char>(f));
+    };
+    const auto dir = root / "fuzz_execute";
+    write(dir, "honest", fields);
+    write(dir, "reducescatter", std::string("\x00\x00\x04\x04\x02\x04\x02\x00\x00\x01", 10));
+    write(dir, "shape", fields + '\x00' + one(0, 0x104, 0));               // dimension 6
+    write(dir, "dtype", fields + '\x00' + one(0, 8, 3));                   // float64
+    write(dir, "op", fields + '\x00' + one(2, 1, 4));                      // an allgather
+    write(dir, "first_dim", fields + '\x00' + one(1, 0x20104, 5));         // one rank's, 6
+    write(dir, "splits", fields + '\x00' + one(3, uint64_t{1} << 40, 6));  // 2^40 rows
+    write(dir, "root", fields + '\x00' + one(2, 0x105, 7));                // rank 0
+    write(dir, "scalar",
+          fields + '\x03' + one(1, 0, 2) + one(1, 0, 2) + one(1, 0, 2) + one(1, 0, 2));
+    // The corrupted response, then the agreement's findings corrupted too.
+    write(dir, "findings",
+          fields + '\x00' + one(0, 0x104, 0) + '\x01' + one(0, 0x105, 7) + one(0, 0, 11));
+    write(dir, "bytes",
+          tensors + '\x00' + '\x03' + word(40) + '\x07' + word(77) + '\xff' + word(90) + '\x00' +
+              word(120) + '\x13');
+  }
+
   // The environment, in the order Config::from_env reads it.
   {
     const std::vector<std::string> values = {

@@ -175,6 +175,7 @@ Status InProcessControlPlane::gather(const std::string& mine, std::vector<std::s
 }
 
 Status InProcessControlPlane::broadcast(std::string* blob) {
+  if (filter_ && rank_ == 0) filter_(blob);  // every rank, rank 0 too, gets the changed blob
   std::string out;
   HVD_RETURN_IF_ERROR(hub_->exchange(
       rank_, "broadcast", *blob,
@@ -224,6 +225,7 @@ RunResult run_script(const Script& script) {
     }
     res.controllers.push_back(
         std::make_unique<Controller>(res.planes.back().get(), script.options, clock));
+    if (script.response_check) res.controllers.back()->set_response_check(script.response_check(r));
   }
   std::mutex err_mu;
   auto fail = [&](int rank, const std::string& what) {

@@ -65,10 +65,14 @@ class InProcessControlPlane : public ControlPlane {
 
   uint64_t allreduces() const { return allreduces_; }
   uint64_t gathers() const { return gathers_; }
+  /// On rank 0: changes every blob it broadcasts, before the others get it (the fuzzers'
+  /// corrupted rank 0). Set before the rank's first cycle.
+  void set_broadcast_filter(std::function<void(std::string*)> f) { filter_ = std::move(f); }
 
  private:
   InProcessHub* hub_;
   int rank_;
+  std::function<void(std::string*)> filter_;
   uint64_t allreduces_ = 0, gathers_ = 0;
 };
 
@@ -92,6 +96,8 @@ struct Script {
   std::function<double(int cycle)> clock_at;
   /// Stop a rank after the first cycle whose result says shutdown (the runtime does).
   bool stop_on_shutdown = true;
+  /// If set: each rank's Controller::set_response_check(response_check(rank)).
+  std::function<Controller::ResponseCheck(int rank)> response_check;
 };
 
 /// One rank's view after one cycle.

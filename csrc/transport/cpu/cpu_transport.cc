@@ -123,6 +123,8 @@ Status CpuTransport::allreduce_fused(Batch& b) {
   for (size_t k = 0; k < b.tensors.size(); ++k) {
     const BatchTensor& t = b.tensors[k];
     const size_t n = static_cast<size_t>(t.response->nbytes_for_rank(0));
+    // Empty tensors only: the buffer may be empty, and memcpy's pointers may not be null.
+    if (n == 0) continue;
     if (t.present) {
       std::memcpy(buf + b.plan.offsets[k], t.input.data, n);
     } else {
@@ -144,7 +146,7 @@ Status CpuTransport::allreduce_fused(Batch& b) {
   }
   for (size_t k = 0; k < b.tensors.size(); ++k) {
     const BatchTensor& t = b.tensors[k];
-    if (!t.present) continue;
+    if (!t.present || t.nbytes() == 0) continue;
     std::memcpy(t.output.data, buf + b.plan.offsets[k], static_cast<size_t>(t.nbytes()));
   }
   if (b.phase) {

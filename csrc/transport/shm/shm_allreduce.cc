@@ -72,9 +72,12 @@ class Pieces {
 struct ShmAllreduce::Header {
   alignas(64) std::atomic<uint64_t> counter[3];  // published, reduced, collected (chunks)
   char pad[64 * 3];
-  // Single-copy rounds: the owner's input, valid from its kPublished to the round's end.
+  // Single-copy rounds: the owner's input and its length, valid from its kPublished to the
+  // round's end. Peers read only inside [buffer, buffer + buffer_bytes), and only as many
+  // bytes as the agreed sizes give them (read_peer()).
   alignas(64) uint64_t buffer;
-  int64_t pid;      // the owner's process, for process_vm_readv
+  int64_t buffer_bytes;
+  int64_t pid;      // the owner's process: read once, at attach() (pids_)
   uint64_t self;    // this segment's address in the owner's address space (the probe)
   // The owner's GatherPaths::Costs (doubles, as bits), read by the peers for their votes.
   alignas(64) std::atomic<uint64_t> path_cost[sizeof(GatherPaths::Costs) / sizeof(double)];
@@ -91,6 +94,9 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
   s->chunk_bytes_ = chunk_bytes;
   s->map_bytes_ = kHeaderBytes + 2 * static_cast<size_t>(chunk_bytes);
   s->maps_.assign(static_cast<size_t>(size), nullptr);
+  // Until the segment exists the name is not ours: a failure (it may exist already, made by
+  // someone else) must not make the destructor remove it.
+  s->unlinked_ = true;
   const std::string name = shm_name(tag, rank);
   void* p = nullptr;
   HVD_RETURN_IF_ERROR(create_segment(
@@ -100,7 +106,9 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
       &p));
   Header* h = new (p) Header();
   for (auto& c : h->counter) c.store(0, std::memory_order_relaxed);
+  s->unlinked_ = false;
   h->buffer = 0;
+  h->buffer_bytes = 0;
   h->pid = static_cast<int64_t>(getpid());
   h->self = reinterpret_cast<uint64_t>(p);
   s->maps_[static_cast<size_t>(rank)] = static_cast<unsigned char*>(p);
@@ -114,6 +122,16 @@ Status ShmAllreduce::attach() {
     void* p = nullptr;
     HVD_RETURN_IF_ERROR(open_segment(shm_name(tag_, r), map_bytes_, &p));
     maps_[static_cast<size_t>(r)] = static_cast<unsigned char*>(p);
+  }
+  // The peers' processes, as each wrote it before the barrier that precedes attach(): from
+  // here on a header rewritten by anyone cannot point process_vm_readv at another process.
+  pids_.assign(static_cast<size_t>(size_), 0);
+  for (int r = 0; r < size_; ++r) {
+    pids_[static_cast<size_t>(r)] = r == rank_ ? static_cast<int64_t>(getpid()) : header(r)->pid;
+    if (pids_[static_cast<size_t>(r)] <= 0) {
+      return Status::Backend("shared memory: rank " + std::to_string(r) +
+                             "'s segment names no process");
+    }
   }
   return Status::OK();
 }
@@ -234,7 +252,7 @@ bool ShmAllreduce::probe_single_copy() const {
 // 0, or the errno of the failed process_vm_readv.
 int ShmAllreduce::read_peer_at(int r, uint64_t remote, void* out, int64_t bytes) const {
   unsigned char* dst = static_cast<unsigned char*>(out);
-  const pid_t pid = static_cast<pid_t>(header(r)->pid);
+  const pid_t pid = static_cast<pid_t>(pids_[static_cast<size_t>(r)]);
   while (bytes > 0) {
     iovec local{dst, static_cast<size_t>(bytes)};
     iovec theirs{reinterpret_cast<void*>(remote), static_cast<size_t>(bytes)};
@@ -248,13 +266,22 @@ int ShmAllreduce::read_peer_at(int r, uint64_t remote, void* out, int64_t bytes)
   return 0;
 }
 
-void ShmAllreduce::publish_buffer(const void* buf, uint64_t s) {
+void ShmAllreduce::publish_buffer(const void* buf, int64_t bytes, uint64_t s) {
   header(rank_)->buffer = reinterpret_cast<uint64_t>(buf);
+  header(rank_)->buffer_bytes = bytes;
   signal(kPublished, s + 1);  // release: the address is visible with the counter
 }
 
 Status ShmAllreduce::read_peer(int r, int64_t offset, void* out, int64_t bytes) const {
-  const int e = read_peer_at(r, header(r)->buffer + static_cast<uint64_t>(offset), out, bytes);
+  // Read once: the bounds checked are the bounds used.
+  const uint64_t base = header(r)->buffer;
+  const int64_t published = header(r)->buffer_bytes;
+  if (offset < 0 || bytes < 0 || published < 0 || offset > published - bytes) {
+    return Status::Backend("shared memory: rank " + std::to_string(r) + " published " +
+                           std::to_string(published) + " bytes, and this rank was to read " +
+                           std::to_string(bytes) + " at " + std::to_string(offset));
+  }
+  const int e = read_peer_at(r, base + static_cast<uint64_t>(offset), out, bytes);
   if (e == 0) return Status::OK();
   return Status::Backend("reading " + std::to_string(bytes) + " bytes of rank " +
                          std::to_string(r) + "'s buffer (process_vm_readv): " + std::strerror(e));

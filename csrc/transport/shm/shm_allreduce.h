@@ -131,15 +131,17 @@ class ShmAllreduce {
   enum Counter { kPublished = 0, kReduced = 1, kCollected = 2 };
   Status wait_all(int which, uint64_t target);
   Status wait_rank(int r, int which, uint64_t target);
-  /// Publishes `buf` (this rank's input of a single-copy round) and the round's counter.
-  void publish_buffer(const void* buf, uint64_t s);
-  /// Copies `bytes` at `offset` into rank r's published buffer to `out` (process_vm_readv).
+  /// Publishes `buf` of `bytes` (this rank's input of a single-copy round) and the round's
+  /// counter.
+  void publish_buffer(const void* buf, int64_t bytes, uint64_t s);
+  /// Copies `bytes` at `offset` into rank r's published buffer to `out` (process_vm_readv);
+  /// an error unless they lie within the bytes rank r published.
   Status read_peer(int r, int64_t offset, void* out, int64_t bytes) const;
   int read_peer_at(int r, uint64_t remote, void* out, int64_t bytes) const;
-  /// One single-copy round: publishes `in`, reads bytes[j] at from[j] (0 when `from` is empty)
-  /// of every peer j's published buffer into out + at[j], and returns once every rank is done
-  /// reading (this rank's `in` may change after that).
-  Status read_round(const void* in, const std::vector<int64_t>& from,
+  /// One single-copy round: publishes `in` (`in_bytes`), reads bytes[j] at from[j] (0 when
+  /// `from` is empty) of every peer j's published buffer into out + at[j], and returns once
+  /// every rank is done reading (this rank's `in` may change after that).
+  Status read_round(const void* in, int64_t in_bytes, const std::vector<int64_t>& from,
                     const std::vector<int64_t>& bytes, unsigned char* out,
                     const std::vector<int64_t>& at);
   /// allreduce() of a vector that fits a slot, in one round: publish it whole, wait, fold.
@@ -200,6 +202,7 @@ class ShmAllreduce {
   bool yield_core_ = true;
   size_t map_bytes_ = 0;
   std::vector<unsigned char*> maps_;  // every rank's segment, mine included
+  std::vector<int64_t> pids_;         // every rank's process, read at attach()
   uint64_t step_ = 0;                 // chunks done (the same count on every rank)
   int64_t cursor_[2] = {0, 0};        // where each slot's next round starts
   bool unlinked_ = false;

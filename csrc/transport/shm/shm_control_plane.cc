@@ -17,6 +17,7 @@ namespace hvd {
 namespace {
 
 constexpr size_t kLine = 64;
+constexpr auto kNegotiationDeadline = std::chrono::seconds(600);
 
 class ShmControlPlane : public ControlPlane {
  public:
@@ -48,7 +49,7 @@ class ShmControlPlane : public ControlPlane {
     return reinterpret_cast<uint64_t*>(map_ + static_cast<size_t>(r) * slot_bytes_ + kLine +
                                        (round % 2) * max_words_ * sizeof(uint64_t));
   }
-  void wait_round(int r, uint64_t round) const;
+  Status wait_round(int r, uint64_t round) const;
 
   std::unique_ptr<ControlPlane> fallback_;
   const int rank_, size_;
@@ -67,7 +68,7 @@ Status ShmControlPlane::allreduce_and(std::vector<uint64_t>* words) {
   round_of(rank_).store(s, std::memory_order_release);
   for (int k = 1; k < size_; ++k) {
     const int r = (rank_ + k) % size_;
-    wait_round(r, s);
+    HVD_RETURN_IF_ERROR(wait_round(r, s));
     const uint64_t* theirs = buffer(r, s);
     for (size_t i = 0; i < n; ++i) v[i] &= theirs[i];
   }
@@ -76,14 +77,24 @@ Status ShmControlPlane::allreduce_and(std::vector<uint64_t>* words) {
 
 // Waits until rank r has published round `round`. As mpi_wait() does for the MPI plane: a
 // short spin (peers usually arrive within microseconds; it yields the core every 16 polls
-// only when ranks outnumber cores), then sleeps with a growing back-off (at most 200 us), and
-// no deadline: a peer busy computing its next step negotiates when it is ready, and a peer
-// that dies ends the job through the launcher.
-void ShmControlPlane::wait_round(int r, uint64_t round) const {
+// only when ranks outnumber cores), then sleeps with a growing back-off (at most 200 us).
+// The deadline is far beyond any live peer's lateness (a peer busy computing its next step
+// still cycles on its idle heartbeat, at most 32 cycle times apart), so it only turns a peer
+// that stopped negotiating without dying, or a segment overwritten from outside, into an
+// error instead of a hang.
+Status ShmControlPlane::wait_round(int r, uint64_t round) const {
   const std::atomic<uint64_t>& c = round_of(r);
-  if (c.load(std::memory_order_acquire) >= round) return;
+  if (c.load(std::memory_order_acquire) >= round) return Status::OK();
   Backoff wait(std::chrono::microseconds(50), yield_core_ ? 15u : 63u, yield_core_);
-  while (c.load(std::memory_order_acquire) < round) wait.pause();
+  while (c.load(std::memory_order_acquire) < round) {
+    wait.pause();
+    if (wait.elapsed() > kNegotiationDeadline) {
+      return Status::Backend(
+          "shared-memory negotiation: rank " + std::to_string(r) + " did not arrive within " +
+          std::to_string(static_cast<long long>(kNegotiationDeadline.count())) + " s");
+    }
+  }
+  return Status::OK();
 }
 
 // Rank 0 creates and reserves the segment of `size` slots and starts every slot's round

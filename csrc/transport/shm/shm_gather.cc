@@ -40,12 +40,12 @@ std::vector<int64_t> displacements(const std::vector<int64_t>& bytes) {
 
 }  // namespace
 
-Status ShmAllreduce::read_round(const void* in, const std::vector<int64_t>& from,
+Status ShmAllreduce::read_round(const void* in, int64_t in_bytes, const std::vector<int64_t>& from,
                                 const std::vector<int64_t>& bytes, unsigned char* out,
                                 const std::vector<int64_t>& at) {
   const int n = size_, me = rank_;
   const uint64_t s = step_++;
-  publish_buffer(in, s);
+  publish_buffer(in, in_bytes, s);
   Status st;
   for (int k = 1; k < n && st.ok(); ++k) {  // rank me+1 first: the readers spread out
     const size_t j = static_cast<size_t>((me + k) % n);
@@ -91,7 +91,7 @@ Status ShmAllreduce::broadcast(void* buf, int64_t bytes, int root) {
 Status ShmAllreduce::broadcast_single(void* buf, int64_t bytes, int root) {
   const uint64_t s = step_++;
   if (rank_ == root) {
-    publish_buffer(buf, s);
+    publish_buffer(buf, bytes, s);
     signal(kCollected, s + 1);
     return wait_all(kCollected, s + 1);
   }
@@ -131,7 +131,7 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
   return run_way(GatherPaths::kAllgather, longest * n, kGatherFactor, [&](bool single) {
     if (single) {
       if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
-      return read_round(in, {}, bytes, dst, at);
+      return read_round(in, mine, {}, bytes, dst, at);
     }
     return allgather_two(src, dst, bytes, at, longest);
   });
@@ -175,7 +175,7 @@ Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send,
   const size_t m = static_cast<size_t>(me);
   if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
   return run_way(GatherPaths::kAlltoall, longest * n, kGatherFactor, [&](bool single) {
-    if (single) return read_round(in, from, recv, dst, rat);
+    if (single) return read_round(in, sat.back() + send.back(), from, recv, dst, rat);
     return alltoall_two(src, send, sat, dst, recv, rat, longest);
   });
 }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,6 +38,22 @@ Status create_segment(const std::string& name, size_t bytes, const std::string& 
 Status open_segment(const std::string& name, size_t bytes, void** out) {
   const int fd = shm_open(name.c_str(), O_RDWR, 0600);
   if (fd < 0) return Status::Backend("shm_open(" + name + "): " + std::strerror(errno));
+  // Checked before mapping: pages past the end of a short file would be a SIGBUS at their
+  // first touch, and an object of another user's is not the one our rank created.
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    return Status::Backend("fstat(" + name + "): " + std::strerror(e));
+  }
+  if (st.st_uid != geteuid() || static_cast<uint64_t>(st.st_size) < bytes) {
+    close(fd);
+    return Status::Backend("the shared-memory object " + name + " is not the one expected (" +
+                           std::to_string(static_cast<long long>(st.st_size)) + " bytes of uid " +
+                           std::to_string(st.st_uid) + ", expected at least " +
+                           std::to_string(bytes) + " bytes of uid " + std::to_string(geteuid()) +
+                           ")");
+  }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int mmap_errno = errno;
   close(fd);

@@ -15,7 +15,8 @@ namespace hvd {
 Status create_segment(const std::string& name, size_t bytes, const std::string& enospc_hint,
                       void** out);
 
-/// Maps the existing shared-memory object `name` of `bytes` at `*out`.
+/// Maps the existing shared-memory object `name` of `bytes` at `*out`. An object shorter than
+/// `bytes`, or owned by another user, is an error (never a SIGBUS at a later touch).
 Status open_segment(const std::string& name, size_t bytes, void** out);
 
 }  // namespace hvd
