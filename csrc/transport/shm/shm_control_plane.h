@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "coordination/control_plane.h"
+#include "transport/control_plane.h"
 
 namespace hvd {
 
