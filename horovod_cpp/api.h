@@ -4,7 +4,8 @@
 // background coordinator matches submissions by name, checks that all ranks agree on the
 // operation, dtype, shape and parameters, and runs the collective once every rank has
 // submitted it. An empty name is replaced by "<op>.noname.<n>", n counting calls of that op on
-// this rank (so unnamed calls must be made in the same order on every rank).
+// this rank (so unnamed calls must be made in the same order on every rank). The option types
+// are in options.h.
 #pragma once
 
 #include <functional>
@@ -13,27 +14,11 @@
 #include <vector>
 
 #include "horovod_cpp/handle.h"
+#include "horovod_cpp/options.h"
 #include "horovod_cpp/tensor.h"
 #include "horovod_cpp/types.h"
 
 namespace hvd {
-
-/// A group of ranks that runs collectives among themselves, with its own communicator,
-/// negotiation, response cache and stall report, independently of other sets. id 0 is the
-/// global set (every rank); add_process_set() makes others.
-struct ProcessSet {
-  int id = 0;
-};
-
-/// Options of init(). Environment variables (docs/environment.md) are read once, by init().
-struct InitOptions {
-  /// Process sets to create at init, given as sorted global ranks; they get ids 1, 2, ...
-  std::vector<std::vector<int>> process_sets;
-  /// Fortran handle (MPI_Comm_c2f) of the communicator to run on; 0 means MPI_COMM_WORLD.
-  /// Use hvd::init(MPI_Comm) from "horovod_cpp/mpi_interop.h" rather than setting this.
-  long long mpi_comm_fortran = 0;
-  bool use_comm = false;  ///< set when mpi_comm_fortran is meaningful
-};
 
 /// Starts horovod_cpp on this process: initializes MPI (MPI_Init_thread, asking for
 /// MPI_THREAD_MULTIPLE) unless the program already did, discovers the topology and starts the
@@ -71,14 +56,6 @@ std::vector<int> process_set_ranks(ProcessSet set);
 int process_set_rank(ProcessSet set);
 /// The number of ranks of `set`.
 int process_set_size(ProcessSet set);
-
-/// Parameters of an allreduce.
-struct AllreduceOptions {
-  ReduceOp op = ReduceOp::kAverage;
-  double prescale_factor = 1.0;   ///< multiplies the input before the reduction (floats only)
-  double postscale_factor = 1.0;  ///< multiplies the result (floats only)
-  ProcessSet process_set;         ///< the ranks taking part (default: all)
-};
 
 /// Reduces `tensor` across ranks in place. Returns at once; the tensor must stay alive and
 /// untouched until the handle completes.
@@ -136,13 +113,6 @@ struct AlltoallResult {
 AlltoallResult alltoall(const std::string& name, TensorView input,
                         const std::vector<int64_t>& splits = {}, ProcessSet set = {});
 
-/// Parameters of a reducescatter (ops: Sum and Average).
-struct ReducescatterOptions {
-  ReduceOp op = ReduceOp::kAverage;
-  double prescale_factor = 1.0;
-  double postscale_factor = 1.0;
-  ProcessSet process_set;
-};
 /// Reduces `input` across ranks; each rank receives its slice of dimension 0 of the result
 /// (the first dim0 % size ranks get one row more). Output allocated by the library.
 Handle reducescatter_async(const std::string& name, TensorView input,
@@ -169,17 +139,6 @@ void barrier(ProcessSet set = {});
 void start_timeline(const std::string& path, bool mark_cycles = false);
 /// Stops the timeline, leaving a complete JSON file.
 void stop_timeline();
-
-/// Allocates `bytes` of memory on CUDA device `device` for an output the library allocates
-/// (allgather, alltoall, reducescatter on CUDA tensors). `stream` is the CUDA stream
-/// (cudaStream_t as void*) the input was produced on, i.e. the caller's stream when it
-/// submitted the collective (null: the legacy default stream): a stream-ordered allocator
-/// should allocate for that stream, because that is where the caller will use the result. The
-/// library makes its own stream wait on `stream` after allocating, so memory the allocator
-/// recycles from work still queued there is not overwritten early. The returned pointer's
-/// deleter frees the memory; it may run on any thread. Return null (or throw) to fail the
-/// collective with an error naming the size.
-using CudaAllocator = std::function<std::shared_ptr<void>(size_t bytes, int device, void* stream)>;
 
 /// Installs `allocator` for the CUDA outputs of every later collective (for instance a
 /// framework's caching allocator: the LibTorch adapter installs LibTorch's when it is first

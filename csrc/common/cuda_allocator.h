@@ -1,8 +1,9 @@
 // Copyright horovod_cpp authors. The allocator for library-allocated CUDA outputs
-// (hvd::set_cuda_allocator in horovod_cpp/api.h), read by the CUDA transport.
+// (hvd::set_cuda_allocator in horovod_cpp/api.h; the type is in options.h), read by the CUDA
+// transport.
 #pragma once
 
-#include "horovod_cpp/api.h"
+#include "horovod_cpp/options.h"
 
 namespace hvd {
 

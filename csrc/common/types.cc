@@ -1,9 +1,10 @@
 // Copyright horovod_cpp authors. Implementations of the small public helpers of types.h and
-// tensor.h.
+// tensor.h, and of op_type_name() (common/op_type.h).
 #include <limits>
 #include <sstream>
 
 #include "common/buffer_cache.h"
+#include "common/op_type.h"
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/tensor.h"
 #include "horovod_cpp/types.h"
@@ -129,6 +130,19 @@ void throw_error(ErrorCode code, const std::string& what) {
     case ErrorCode::kOk: break;
   }
   throw Error(code, what);
+}
+
+const char* op_type_name(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kBarrier: return "barrier";
+    case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kJoin: return "join";
+  }
+  return "unknown";
 }
 
 }  // namespace hvd

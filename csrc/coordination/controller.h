@@ -48,9 +48,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "coordination/control_plane.h"
 #include "coordination/message.h"
 #include "coordination/response_cache.h"
+#include "transport/control_plane.h"
 
 namespace hvd {
 
@@ -178,12 +178,6 @@ class Controller {
 
   Controller(ControlPlane* plane, const ControllerOptions& options, Clock clock = {});
 
-  /// The most words a cycle's allreduce_and() vector has with a response cache of
-  /// `cache_capacity` entries (a flags word, then three bits per cache entry).
-  static size_t max_and_words(int64_t cache_capacity) {
-    return 1 + 3 * static_cast<size_t>((std::max<int64_t>(cache_capacity, 0) + 63) / 64);
-  }
-
   /// Runs one cycle (collective: every rank calls it). `incoming`: requests enqueued on this
   /// rank since the last cycle. A grouped request's siblings must arrive in the same call.
   Status run_cycle(std::vector<Request> incoming, bool shutdown_requested, CycleResult* out);
@@ -192,7 +186,7 @@ class Controller {
   /// when any rank set it. They ride in the flags word of the bit vector every cycle already
   /// ANDs, so they cost nothing: the way for transports to make, by measurement, choices that
   /// every rank must make alike (TransportRegistry::path_votes()).
-  static constexpr int kVoteBits = 16;
+  static constexpr int kVoteBits = kTransportVoteBits;  // the transport contract's
   /// This rank's votes, sent with every cycle from the next one until changed.
   void set_votes(uint32_t votes) { votes_ = votes & ((1u << kVoteBits) - 1); }
 

@@ -5,19 +5,6 @@
 
 namespace hvd {
 
-const char* op_type_name(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kJoin: return "join";
-  }
-  return "unknown";
-}
-
 bool Request::operator==(const Request& o) const {
   return rank == o.rank && op == o.op && name == o.name && dtype == o.dtype && shape == o.shape &&
          device == o.device && reduce_op == o.reduce_op && prescale == o.prescale &&

@@ -9,27 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "common/op_type.h"
 #include "horovod_cpp/tensor.h"
 #include "horovod_cpp/types.h"
 
 namespace hvd {
 
-/// The collective a request asks for.
-enum class OpType : uint8_t {
-  kAllreduce = 0,
-  kAllgather = 1,
-  kBroadcast = 2,
-  kBarrier = 3,
-  kAlltoall = 4,
-  kReducescatter = 5,
-  kJoin = 6,  ///< this rank has no more data; it joins later allreduces with zeros
-};
-constexpr uint8_t kMaxOpType = 6;
-
 /// The fixed name of join requests (one join at a time per process).
 constexpr const char* kJoinName = "horovod_cpp.join";
-
-const char* op_type_name(OpType op);
 
 /// Request::local_tag and Request::cache_hint when there is none.
 constexpr uint32_t kNoLocalTag = UINT32_MAX;

@@ -70,21 +70,22 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
   const bool traced = timeline_ && timeline_->enabled();
   for (const FusionBatch& fb : plan) {
     const size_t m = fb.members.size();
-    Batch b;
-    // The last batch's elements, every field overwritten below (value-initializing a
-    // thousand of them each cycle was 2% of a tiny tensor's cost).
-    b.tensors.swap(spare_tensors_);
+    // The last batch's room, every field overwritten below (value-initializing a thousand
+    // tensors each cycle was 2% of a tiny tensor's cost).
+    Batch b = std::move(spare_);
     b.tensors.resize(m);
-    b.plan = std::move(spare_plan_);  // copy-assigned below, into this room
     Completion done;
     done.parts.swap(spare_parts_);
     done.parts.resize(m);
     bool diverged = false;
     for (size_t k = 0; k < m; ++k) {
       const size_t i = fb.members[k];
+      const Response& r = responses[i];
       PendingTensor* e = all_entries[i];
       BatchTensor& t = b.tensors[k];
-      t.response = &responses[i];
+      t.name = &r.name;
+      t.count = num_elements(r.shape);
+      t.bytes = saturating_mul(t.count, static_cast<int64_t>(dtype_size(r.dtype)));
       t.present = e != nullptr;
       if (t.present) {
         t.input = std::move(e->input);  // the entry is not used again
@@ -95,13 +96,13 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       }
       // A joined rank legitimately lacks entries: it runs allreduces with zeros and has no
       // handle to fail. Otherwise the coordinator only answers names this rank submitted.
-      if (!t.present && !(joined && (!t.response->ok() || t.response->op == OpType::kAllreduce))) {
-        HVD_LOG(kError) << "internal error: response for '" << t.response->name
+      if (!t.present && !(joined && (!r.ok() || r.op == OpType::kAllreduce))) {
+        HVD_LOG(kError) << "internal error: response for '" << r.name
                         << "' which this rank has not submitted";
         diverged = true;
       }
     }
-    const Response& r0 = *b.tensors.front().response;
+    const Response& r0 = responses[fb.members.front()];
     if (diverged) {
       done({Status::Backend("internal error: the ranks' views of pending tensors diverged"), {}});
       continue;
@@ -115,16 +116,13 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       done({Status::OK(), {}});
       continue;
     }
-    b.op = r0.op;
-    b.dtype = r0.dtype;
-    b.device = r0.device;
-    b.bytes = fb.fused() ? fb.bytes : r0.nbytes_for_rank(0);
-    b.plan = fb;
-    b.root = r0.op == OpType::kBroadcast ? set_rank_of(r0.root) : -1;
+    describe_batch(r0, fb, &b);
     if (traced) {
       Timeline* tl = timeline_;
       b.phase = [tl](const std::string& tensor, const char* phase, int64_t t0, int64_t t1,
                      const std::string& args) { tl->phase(tensor, phase, t0, t1, args); };
+    } else {
+      b.phase = nullptr;
     }
     Transport* t = transports_->select(b);
     if (!t) {
@@ -154,11 +152,43 @@ void Executor::execute(const std::vector<Response>& responses, const TakeEntries
       throw std::runtime_error(what);
     }
     if (!b.tensors.empty()) {  // finished before returning (Transport::run): keep the room
-      spare_tensors_.swap(b.tensors);  // and the elements (their views are moved-from)
-      spare_plan_ = std::move(b.plan);
+      b.done = nullptr;        // and the elements (their views are moved-from)
+      spare_ = std::move(b);
       shared->completion.parts.clear();  // done was called: the handles are complete
       spare_parts_.swap(shared->completion.parts);
     }
+  }
+}
+
+void Executor::describe_batch(const Response& r0, const FusionBatch& fb, Batch* b) const {
+  b->op = r0.op;
+  b->dtype = r0.dtype;
+  b->device = r0.device;
+  b->bytes = fb.fused() ? fb.bytes : r0.nbytes_for_rank(0);
+  b->offsets = fb.offsets;  // copied into the kept room
+  b->reduction = make_reduction_spec(r0.reduce_op, r0.dtype, r0.prescale, r0.postscale,
+                                     static_cast<int>(global_ranks_.size()));
+  b->global_root = r0.root;
+  b->root = r0.op == OpType::kBroadcast ? set_rank_of(r0.root) : -1;
+  // The row-shaped collectives (never fused) divide dimension 0 among the members.
+  const bool rows =
+      r0.op == OpType::kAllgather || r0.op == OpType::kAlltoall || r0.op == OpType::kReducescatter;
+  if (rows) {
+    b->shape = r0.shape;
+  } else {
+    b->shape.clear();
+  }
+  b->first_dims.clear();
+  b->rank_bytes.clear();
+  b->all_splits.clear();
+  if (r0.op == OpType::kAllgather) {
+    b->first_dims = r0.first_dims;
+    b->rank_bytes.resize(r0.first_dims.size());
+    for (size_t k = 0; k < b->rank_bytes.size(); ++k) {
+      b->rank_bytes[k] = r0.nbytes_for_rank(static_cast<int>(k));
+    }
+  } else if (r0.op == OpType::kAlltoall) {
+    b->all_splits = r0.all_splits;
   }
 }
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "transport/registry.h"
 #include "coordination/message.h"
 #include "core/tensor_entry.h"
 #include "fusion/fusion_planner.h"
+#include "transport/registry.h"
 
 namespace hvd {
 
@@ -20,7 +20,8 @@ class Timeline;
 std::string describe_current_exception();
 
 /// Background thread of one process set only. Plans the fusion of a cycle's responses, turns
-/// each batch into a Batch for the first transport of the registry that accepts it, and
+/// each batch into a Batch (plain values: transport/batch.h) for the first transport of the
+/// registry that accepts it, and
 /// completes the entries' handles from the outcome the transport reports (now, or later from
 /// the transport's own thread). It names no transport.
 class Executor {
@@ -51,6 +52,8 @@ class Executor {
 
  private:
   int set_rank_of(int global_rank) const;
+  /// Fills `b` (every field but tensors, phase and done) from the batch's first response.
+  void describe_batch(const Response& r0, const FusionBatch& fb, Batch* b) const;
 
   TransportRegistry* transports_;
   int64_t threshold_;
@@ -58,12 +61,11 @@ class Executor {
   std::vector<int> global_ranks_;
   Timeline* timeline_;
   std::vector<PendingTensor*> entries_;  // execute()'s scratch, kept for its room
-  // The vectors of the last batch a transport finished before returning, for the next one:
-  // built anew, a fused batch of a thousand tensors allocates ~150 KiB per cycle, and each
-  // such allocation makes glibc merge its free small blocks (every tiny tensor's next
-  // allocation then takes its slow path).
-  std::vector<BatchTensor> spare_tensors_;
-  FusionBatch spare_plan_;
+  // The last batch a transport finished before returning, for the room of its vectors: built
+  // anew, a fused batch of a thousand tensors allocates ~150 KiB per cycle, and each such
+  // allocation makes glibc merge its free small blocks (every tiny tensor's next allocation
+  // then takes its slow path).
+  Batch spare_;
   std::vector<std::pair<std::shared_ptr<detail::HandleState>, int>> spare_parts_;
 };
 

@@ -17,7 +17,7 @@
 #include "transport/world.h"
 #include "common/config.h"
 #include "core/process_set.h"
-#include "horovod_cpp/api.h"
+#include "horovod_cpp/options.h"
 
 namespace hvd {
 

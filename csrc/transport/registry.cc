@@ -5,17 +5,6 @@
 
 namespace hvd {
 
-std::string Batch::describe() const {
-  const Response& r0 = first();
-  if (tensors.size() == 1) return std::string(op_type_name(r0.op)) + " '" + r0.name + "'";
-  std::string s = "fused " + std::string(op_type_name(r0.op)) + " of ";
-  for (size_t k = 0; k < tensors.size() && k < 8; ++k) {
-    s += (k ? ", '" : "'") + tensors[k].response->name + "'";
-  }
-  if (tensors.size() > 8) s += ", ... (" + std::to_string(tensors.size()) + " tensors)";
-  return s;
-}
-
 void TransportRegistry::add(std::unique_ptr<Transport> t) {
   if (t) transports_.push_back(std::move(t));
 }

@@ -14,8 +14,8 @@
 #include "transport/registry.h"
 #include "common/config.h"
 #include "common/status.h"
-#include "coordination/control_plane.h"
-#include "horovod_cpp/api.h"
+#include "transport/control_plane.h"
+#include "horovod_cpp/options.h"
 
 namespace hvd {
 

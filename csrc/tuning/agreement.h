@@ -2,7 +2,7 @@
 #pragma once
 
 #include "common/status.h"
-#include "coordination/control_plane.h"
+#include "transport/control_plane.h"
 
 namespace hvd {
 

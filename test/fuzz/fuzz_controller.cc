@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "coordination/control_plane.h"
+#include "transport/control_plane.h"
 #include "coordination/controller.h"
 #include "coordination/wire.h"
 #include "fuzz_input.h"

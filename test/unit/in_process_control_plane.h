@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "coordination/control_plane.h"
+#include "transport/control_plane.h"
 #include "coordination/controller.h"
 
 namespace hvd {

@@ -212,7 +212,7 @@ InProcessSets::InProcessSets(int n, const Config& config, const TransportMaker& 
     SetPlanes& p = *planes[static_cast<size_t>(r)];
     if (config.shm_enabled && config.shm_control) {
       p.control = make_shm_control_plane(*ctx.bootstrap, 0, test_host(ctx),
-                                         Controller::max_and_words(config.cache_capacity),
+                                         max_and_words(config.cache_capacity),
                                          ctx.cores_shared, std::move(p.control));
     }
     maker(ctx, p.transports.get());

@@ -573,11 +573,11 @@ TEST_CASE("max_and_words bounds every cycle's AND vector", "[controller]") {
   // A flags word, then ready, valid and none words for the cache's bits (at most its
   // capacity: the eviction test above checks num_bits() <= capacity). Shared-memory planes
   // size their buffers by it (transport/shm/shm_control_plane.h).
-  CHECK(Controller::max_and_words(0) == 1);
-  CHECK(Controller::max_and_words(1) == 4);
-  CHECK(Controller::max_and_words(64) == 4);
-  CHECK(Controller::max_and_words(65) == 7);
-  CHECK(Controller::max_and_words(4096) == 193);
+  CHECK(max_and_words(0) == 1);
+  CHECK(max_and_words(1) == 4);
+  CHECK(max_and_words(64) == 4);
+  CHECK(max_and_words(65) == 7);
+  CHECK(max_and_words(4096) == 193);
 }
 
 TEST_CASE("cache disabled: every submission is negotiated in full", "[controller]") {

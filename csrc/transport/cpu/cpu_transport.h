@@ -29,12 +29,12 @@ class CpuTransport : public Transport {
   Status run_batch(Batch& b, std::vector<TensorResult>* results);
   /// One unfused collective; its errors name it and the tensor.
   Status run_one(Batch& b, std::vector<TensorResult>* results);
-  Status reduce_buffer(void* buf, int64_t count, const Response& r);
+  Status reduce_buffer(void* buf, int64_t count, const Batch& b);
   Status allreduce_one(Batch& b);
   Status allreduce_fused(Batch& b);
-  Status allgather(const Response& r, const BatchTensor& t, TensorResult* out);
-  Status alltoall(const Response& r, const BatchTensor& t, TensorResult* out);
-  Status reducescatter(const Response& r, const BatchTensor& t, TensorResult* out);
+  Status allgather(const Batch& b, TensorResult* out);
+  Status alltoall(const Batch& b, TensorResult* out);
+  Status reducescatter(const Batch& b, TensorResult* out);
   unsigned char* scratch(int64_t bytes);
 
   std::unique_ptr<DataPlane> plane_;

@@ -5,7 +5,7 @@
 #include "transport/mpi/mpi_control_plane.h"
 #include "transport/factory/transports.h"
 #include "transport/shm/shm_control_plane.h"
-#include "coordination/controller.h"
+#include "transport/control_plane.h"
 #include "common/fatal.h"
 
 namespace hvd {
@@ -108,7 +108,7 @@ Status MpiWorld::make_set(int id, const std::vector<int>& ranks, const Config& c
                                                      mpi_.cores_shared());
   if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
     planes->control = make_shm_control_plane(
-        *ctx.bootstrap, id, test_host(ctx), Controller::max_and_words(config.cache_capacity),
+        *ctx.bootstrap, id, test_host(ctx), max_and_words(config.cache_capacity),
         mpi_.cores_shared(), std::move(planes->control));
   }
   planes->transports = std::make_unique<TransportRegistry>();

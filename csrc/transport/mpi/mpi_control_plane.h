@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordination/control_plane.h"
+#include "transport/control_plane.h"
 
 namespace hvd {
 

@@ -45,71 +45,71 @@ ncclRedOp_t nccl_op(DataType d, ReduceOp op, bool avg_ok) {
 
 // ---- allreduce -----------------------------------------------------------------------------
 
-// Reduces `count` elements of `src` into `buf` (device memory; src == buf: in place) with r's
-// op and scale factors, except the prescale (applied by the copy in) and the postscale (the
-// copy out applies it when `fused`; see allreduce()). The hierarchical path works in place
-// only: allreduce() passes a separate `src` only when it is not taken.
-Status NcclTransport::reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c,
+// Reduces `count` elements of `src` into `buf` (device memory; src == buf: in place) with b's
+// op and integer divisor; the prescale is applied by the copy in, the postscale by the copy
+// out (see allreduce()). The hierarchical path works in place only: allreduce() passes a
+// separate `src` only when it is not taken.
+Status NcclTransport::reduce_in_place(void* buf, int64_t count, const Batch& b, const std::string& c,
                                       const void* src) {
   if (src == nullptr) src = buf;
   if (o_.config.hierarchical_allreduce && o_.size > 1) {
     HVD_RETURN_IF_ERROR(setup_hierarchical(c));
     if (hier_usable_) {
       if (src != buf) {
-        HVD_CUDA_CHECK(cudaMemcpyAsync(buf, src, static_cast<size_t>(count) * dtype_size(r.dtype),
+        HVD_CUDA_CHECK(cudaMemcpyAsync(buf, src, static_cast<size_t>(count) * dtype_size(b.dtype),
                                        cudaMemcpyDeviceToDevice, stream_), ctx(c));
       }
-      return hierarchical_allreduce(buf, count, r, c);
+      return hierarchical_allreduce(buf, count, b, c);
     }
   }
   ncclDataType_t t;
-  HVD_RETURN_IF_ERROR(nccl_type(r.dtype, &t, ctx(c)));
-  const ncclRedOp_t op = nccl_op(r.dtype, r.reduce_op, /*avg_ok=*/true);
+  HVD_RETURN_IF_ERROR(nccl_type(b.dtype, &t, ctx(c)));
+  const ncclRedOp_t op = nccl_op(b.dtype, b.reduction.op, /*avg_ok=*/true);
   Comm& comm = *comm_;
   HVD_RETURN_IF_ERROR(nccl_group(comm, c, [&]() -> Status {
     HVD_NCCL_CHECK(ncclAllReduce(src, buf, static_cast<size_t>(count), t, op, comm.comm, stream_),
                    comm.comm, ctx(c));
     return Status::OK();
   }));
-  if (r.reduce_op == ReduceOp::kAverage && !is_float(r.dtype) && r.dtype != DataType::kBool) {
-    HVD_KERNEL_CHECK(cuda::divide_integers(buf, count, r.dtype, o_.size, stream_), ctx(c));
+  if (b.reduction.divisor > 1) {  // an integer Average (floats: ncclAvg)
+    HVD_KERNEL_CHECK(cuda::divide_integers(buf, count, b.dtype, b.reduction.divisor, stream_), ctx(c));
   }
   return Status::OK();
 }
 
 Status NcclTransport::allreduce(const Batch& batch, const std::string& c) {
-  const Response& r0 = batch.first();
   const std::vector<BatchTensor>& ts = batch.tensors;
-  const size_t esize = dtype_size(r0.dtype);
-  const bool fp = is_float(r0.dtype);
+  const ReductionSpec& spec = batch.reduction;
+  const size_t esize = dtype_size(batch.dtype);
+  const bool fp = is_float(batch.dtype);
   bool hier = false;
   if (o_.config.hierarchical_allreduce && o_.size > 1) {
     HVD_RETURN_IF_ERROR(setup_hierarchical(c));
     hier = hier_usable_;
   }
-  // Hierarchical reduction (in ncclAvg's absence) divides by the size in the post-scale.
-  double post = r0.postscale;
-  if (hier && fp && r0.reduce_op == ReduceOp::kAverage) post /= static_cast<double>(o_.size);
+  // The flat reduction averages floats itself (ncclAvg): only the postscale is left. The
+  // hierarchical one sums: the spec's scale divides by the size.
+  const double post = hier ? spec.scale : spec.postscale;
 
   if (!batch.fused() && ts[0].present && !hier) {
     // One tensor: reduce in the output itself (out of place: copy in, with the prescale).
     const BatchTensor& e = ts[0];
-    const int64_t count = num_elements(r0.shape);
+    const int64_t count = e.count;
     if (count == 0) return Status::OK();
     // Out of place without a prescale: NCCL reads the input and writes the output itself (one
     // pass over the memory instead of a copy and then an in-place reduction).
     const void* src = e.output.data;
-    if (e.output.data != e.input.data || (fp && r0.prescale != 1.0)) {
-      if (fp && r0.prescale != 1.0) {
+    if (e.output.data != e.input.data || (fp && spec.prescale != 1.0)) {
+      if (fp && spec.prescale != 1.0) {
         cuda::CopyItem item{e.input.data, e.output.data, count};
-        HVD_KERNEL_CHECK(cuda::batched_copy_scale(&item, 1, r0.dtype, r0.prescale, stream_), ctx(c));
+        HVD_KERNEL_CHECK(cuda::batched_copy_scale(&item, 1, batch.dtype, spec.prescale, stream_), ctx(c));
       } else {
         src = e.input.data;
       }
     }
-    HVD_RETURN_IF_ERROR(reduce_in_place(e.output.data, count, r0, c, src));
+    HVD_RETURN_IF_ERROR(reduce_in_place(e.output.data, count, batch, c, src));
     if (fp && post != 1.0) {
-      HVD_KERNEL_CHECK(cuda::scale_in_place(e.output.data, count, r0.dtype, post, stream_), ctx(c));
+      HVD_KERNEL_CHECK(cuda::scale_in_place(e.output.data, count, batch.dtype, post, stream_), ctx(c));
     }
     return Status::OK();
   }
@@ -117,15 +117,15 @@ Status NcclTransport::allreduce(const Batch& batch, const std::string& c) {
   // Through the fusion buffer: batched copy in (prescaled; zeros for tensors this joined rank
   // did not submit), one reduction, batched copy out (postscaled). Hierarchical reductions
   // pad the buffer to a multiple of the local size for the reduce-scatter.
-  int64_t count = batch.fused() ? batch.plan.bytes / static_cast<int64_t>(esize) : num_elements(r0.shape);
+  int64_t count = batch.fused() ? batch.bytes / static_cast<int64_t>(esize) : ts[0].count;
   const int64_t padded = hier ? (count + local_size_ - 1) / local_size_ * local_size_ : count;
   if (padded == 0) return Status::OK();
   HVD_RETURN_IF_ERROR(ensure(&fusion_, &fusion_cap_, static_cast<size_t>(padded) * esize, c));
   unsigned char* buf = static_cast<unsigned char*>(fusion_);
   std::vector<cuda::CopyItem> in, out;
   for (size_t k = 0; k < ts.size(); ++k) {
-    const int64_t off = batch.fused() ? batch.plan.offsets[k] : 0;
-    const int64_t n = num_elements(ts[k].response->shape);
+    const int64_t off = batch.fused() ? batch.offsets[k] : 0;
+    const int64_t n = ts[k].count;
     if (ts[k].present) {
       in.push_back({ts[k].input.data, buf + off, n});
       out.push_back({buf + off, ts[k].output.data, n});
@@ -137,42 +137,42 @@ Status NcclTransport::allreduce(const Batch& batch, const std::string& c) {
     HVD_CUDA_CHECK(cudaMemsetAsync(buf + count * static_cast<int64_t>(esize), 0,
                                    static_cast<size_t>(padded - count) * esize, stream_), ctx(c));
   }
-  HVD_KERNEL_CHECK(cuda::batched_copy_scale(in.data(), in.size(), r0.dtype, fp ? r0.prescale : 1.0, stream_), ctx(c));
-  HVD_RETURN_IF_ERROR(reduce_in_place(buf, padded, r0, c));
-  HVD_KERNEL_CHECK(cuda::batched_copy_scale(out.data(), out.size(), r0.dtype, fp ? post : 1.0, stream_), ctx(c));
+  HVD_KERNEL_CHECK(cuda::batched_copy_scale(in.data(), in.size(), batch.dtype, fp ? spec.prescale : 1.0, stream_), ctx(c));
+  HVD_RETURN_IF_ERROR(reduce_in_place(buf, padded, batch, c));
+  HVD_KERNEL_CHECK(cuda::batched_copy_scale(out.data(), out.size(), batch.dtype, fp ? post : 1.0, stream_), ctx(c));
   return Status::OK();
 }
 
 
 // ---- other collectives ---------------------------------------------------------------------
 
-Status NcclTransport::allgather(const Response& r, const BatchTensor& e, TensorResult* result,
-                                const std::string& c) {
-  const int64_t row_bytes = num_elements(Shape(r.shape.begin() + 1, r.shape.end())) *
-                            static_cast<int64_t>(dtype_size(r.dtype));
-  Shape out_shape = r.shape;
+Status NcclTransport::allgather(const Batch& b, TensorResult* result, const std::string& c) {
+  const BatchTensor& e = b.tensors[0];
+  const int64_t row_bytes = num_elements(Shape(b.shape.begin() + 1, b.shape.end())) *
+                            static_cast<int64_t>(dtype_size(b.dtype));
+  Shape out_shape = b.shape;
   int64_t rows = 0;
   bool equal = true;
-  for (int64_t d : r.first_dims) {
+  for (int64_t d : b.first_dims) {
     rows += d;
-    equal = equal && d == r.first_dims[0];
+    equal = equal && d == b.first_dims[0];
   }
   out_shape[0] = rows;
   Tensor out;
-  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, e.input.stream, &out, c));
+  HVD_RETURN_IF_ERROR(alloc_output(b.dtype, out_shape, e.input.stream, &out, c));
   unsigned char* dst = static_cast<unsigned char*>(out.data());
   if (rows > 0 && row_bytes > 0) {
     Comm& comm = *comm_;
     HVD_RETURN_IF_ERROR(nccl_group(comm, c, [&]() -> Status {
       if (equal) {
-        HVD_NCCL_CHECK(ncclAllGather(e.input.data, dst, static_cast<size_t>(r.first_dims[0] * row_bytes),
+        HVD_NCCL_CHECK(ncclAllGather(e.input.data, dst, static_cast<size_t>(b.first_dims[0] * row_bytes),
                                      ncclUint8, comm.comm, stream_), comm.comm, ctx(c));
         return Status::OK();
       }
       // Variable first dimension: each rank's block is a broadcast from that rank, in one group.
       int64_t off = 0;
       for (int k = 0; k < o_.size; ++k) {
-        const int64_t bytes = r.first_dims[static_cast<size_t>(k)] * row_bytes;
+        const int64_t bytes = b.first_dims[static_cast<size_t>(k)] * row_bytes;
         if (bytes > 0) {
           HVD_NCCL_CHECK(ncclBroadcast(e.input.data, dst + off, static_cast<size_t>(bytes), ncclUint8,
                                        k, comm.comm, stream_), comm.comm, ctx(c));
@@ -187,12 +187,13 @@ Status NcclTransport::allgather(const Response& r, const BatchTensor& e, TensorR
   return Status::OK();
 }
 
-Status NcclTransport::broadcast(const Response& r, int root, const BatchTensor& e,
-                                const std::string& c) {
+Status NcclTransport::broadcast(const Batch& b, const std::string& c) {
+  const BatchTensor& e = b.tensors[0];
+  const int root = b.root;
   if (root < 0) {
-    return Status::InvalidArgument(ctx(c) + ": root rank " + std::to_string(r.root) + " is not in the set");
+    return Status::InvalidArgument(ctx(c) + ": root rank " + std::to_string(b.global_root) + " is not in the set");
   }
-  const size_t bytes = static_cast<size_t>(e.nbytes());
+  const size_t bytes = static_cast<size_t>(e.bytes);
   if (bytes == 0) return Status::OK();
   Comm& comm = *comm_;
   return nccl_group(comm, c, [&]() -> Status {
@@ -202,17 +203,17 @@ Status NcclTransport::broadcast(const Response& r, int root, const BatchTensor& 
   });
 }
 
-Status NcclTransport::alltoall(const Response& r, const BatchTensor& e, TensorResult* result,
-                               const std::string& c) {
+Status NcclTransport::alltoall(const Batch& b, TensorResult* result, const std::string& c) {
+  const BatchTensor& e = b.tensors[0];
   const size_t n = static_cast<size_t>(o_.size);
   const size_t me = static_cast<size_t>(o_.rank);
-  AlltoallPlan plan = plan_alltoall(r, o_.size, o_.rank);
+  AlltoallPlan plan = plan_alltoall(b, o_.size, o_.rank);
   const std::vector<int64_t>& send = plan.send_bytes;
   const std::vector<int64_t>& recv = plan.recv_bytes;
-  Shape out_shape = r.shape;
+  Shape out_shape = b.shape;
   out_shape[0] = plan.rows;
   Tensor out;
-  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, e.input.stream, &out, c));
+  HVD_RETURN_IF_ERROR(alloc_output(b.dtype, out_shape, e.input.stream, &out, c));
   const unsigned char* src = static_cast<const unsigned char*>(e.input.data);
   unsigned char* dst = static_cast<unsigned char*>(out.data());
   std::vector<int64_t> soff(n, 0), roff(n, 0);
@@ -246,27 +247,28 @@ Status NcclTransport::alltoall(const Response& r, const BatchTensor& e, TensorRe
   return Status::OK();
 }
 
-Status NcclTransport::reducescatter(const Response& r, const BatchTensor& e, TensorResult* result,
-                                    const std::string& c) {
+Status NcclTransport::reducescatter(const Batch& b, TensorResult* result, const std::string& c) {
+  const BatchTensor& e = b.tensors[0];
+  const ReductionSpec& spec = b.reduction;
   const int size = o_.size;
-  const ReducescatterSplit split = split_reducescatter(r, size);
+  const ReducescatterSplit split = split_reducescatter(b, size);
   const std::vector<int64_t>& counts = split.counts;
   const bool equal = split.equal();
-  Shape out_shape = r.shape;
+  Shape out_shape = b.shape;
   out_shape[0] = split.rows[static_cast<size_t>(o_.rank)];
   Tensor out;
-  HVD_RETURN_IF_ERROR(alloc_output(r.dtype, out_shape, e.input.stream, &out, c));
+  HVD_RETURN_IF_ERROR(alloc_output(b.dtype, out_shape, e.input.stream, &out, c));
   ncclDataType_t t;
-  HVD_RETURN_IF_ERROR(nccl_type(r.dtype, &t, ctx(c)));
-  const bool fp = is_float(r.dtype);
-  const ncclRedOp_t op = nccl_op(r.dtype, r.reduce_op, /*avg_ok=*/true);
-  const size_t esize = dtype_size(r.dtype);
-  const int64_t total = num_elements(r.shape);
+  HVD_RETURN_IF_ERROR(nccl_type(b.dtype, &t, ctx(c)));
+  const bool fp = is_float(b.dtype);
+  const ncclRedOp_t op = nccl_op(b.dtype, spec.op, /*avg_ok=*/true);
+  const size_t esize = dtype_size(b.dtype);
+  const int64_t total = e.count;
   const void* in = e.input.data;
-  if (fp && r.prescale != 1.0 && total > 0) {  // the input is not modified: prescale a copy
+  if (fp && spec.prescale != 1.0 && total > 0) {  // the input is not modified: prescale a copy
     HVD_RETURN_IF_ERROR(ensure(&scratch_, &scratch_cap_, static_cast<size_t>(total) * esize, c));
     cuda::CopyItem item{e.input.data, scratch_, total};
-    HVD_KERNEL_CHECK(cuda::batched_copy_scale(&item, 1, r.dtype, r.prescale, stream_), ctx(c));
+    HVD_KERNEL_CHECK(cuda::batched_copy_scale(&item, 1, b.dtype, spec.prescale, stream_), ctx(c));
     in = scratch_;
   }
   if (total > 0) {
@@ -293,10 +295,11 @@ Status NcclTransport::reducescatter(const Response& r, const BatchTensor& e, Ten
   }
   const int64_t mine = counts[static_cast<size_t>(o_.rank)];
   if (mine > 0) {
-    if (fp && r.postscale != 1.0) {
-      HVD_KERNEL_CHECK(cuda::scale_in_place(out.data(), mine, r.dtype, r.postscale, stream_), ctx(c));
-    } else if (r.reduce_op == ReduceOp::kAverage && !fp) {
-      HVD_KERNEL_CHECK(cuda::divide_integers(out.data(), mine, r.dtype, size, stream_), ctx(c));
+    // Floats were averaged by ncclAvg: only the postscale is left.
+    if (fp && spec.postscale != 1.0) {
+      HVD_KERNEL_CHECK(cuda::scale_in_place(out.data(), mine, b.dtype, spec.postscale, stream_), ctx(c));
+    } else if (spec.divisor > 1) {
+      HVD_KERNEL_CHECK(cuda::divide_integers(out.data(), mine, b.dtype, spec.divisor, stream_), ctx(c));
     }
   }
   result->has_tensor = true;

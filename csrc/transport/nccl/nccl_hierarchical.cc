@@ -47,12 +47,13 @@ Status NcclTransport::setup_hierarchical(const std::string& c) {
 // NCCL reduce-scatter within the host, MPI allreduce of this rank's shard across hosts (through
 // pinned host memory), NCCL allgather within the host. `count` is a multiple of the local size.
 // Blocks this thread while the shard crosses hosts (MPI needs the data on the host).
-Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Response& r,
+Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Batch& b,
                                           const std::string& c) {
   ncclDataType_t t;
-  HVD_RETURN_IF_ERROR(nccl_type(r.dtype, &t, ctx(c)));
-  const ncclRedOp_t op = nccl_op(r.dtype, r.reduce_op, /*avg_ok=*/false);
-  const size_t esize = dtype_size(r.dtype);
+  HVD_RETURN_IF_ERROR(nccl_type(b.dtype, &t, ctx(c)));
+  const ReductionSpec& spec = b.reduction;
+  const ncclRedOp_t op = nccl_op(b.dtype, spec.op, /*avg_ok=*/false);
+  const size_t esize = dtype_size(b.dtype);
   const int64_t shard = count / local_size_;
   unsigned char* mine = static_cast<unsigned char*>(buf) + shard * local_rank_ * static_cast<int64_t>(esize);
   const size_t shard_bytes = static_cast<size_t>(shard) * esize;
@@ -100,8 +101,8 @@ Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Res
   }
   // Across hosts: the data plane reduces half types itself (MPI: its own operators); Average
   // travels as Sum (the caller's post-scale divides).
-  const ReduceOp cross_op = r.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : r.reduce_op;
-  Status s = cross_plane_->allreduce(host_buf_, shard, r.dtype, cross_op);
+  const ReduceOp cross_op = spec.op == ReduceOp::kAverage ? ReduceOp::kSum : spec.op;
+  Status s = cross_plane_->allreduce(host_buf_, shard, b.dtype, cross_op);
   if (!s.ok()) return Status(s.code(), ctx(c) + " (hierarchical: allreduce across hosts): " + s.message());
   HVD_CUDA_CHECK(cudaMemcpyAsync(mine, host_buf_, shard_bytes, cudaMemcpyHostToDevice, stream_), ctx(c));
   HVD_RETURN_IF_ERROR(nccl_group(local, c + " (hierarchical: allgather within the host)", [&]() -> Status {
@@ -109,8 +110,8 @@ Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Res
                    local.comm, ctx(c));
     return Status::OK();
   }));
-  if (r.reduce_op == ReduceOp::kAverage && !is_float(r.dtype) && r.dtype != DataType::kBool) {
-    HVD_KERNEL_CHECK(cuda::divide_integers(buf, count, r.dtype, o_.size, stream_), ctx(c));
+  if (spec.divisor > 1) {  // an integer Average (floats: the caller's post-scale divides)
+    HVD_KERNEL_CHECK(cuda::divide_integers(buf, count, b.dtype, spec.divisor, stream_), ctx(c));
   }
   return Status::OK();
 }

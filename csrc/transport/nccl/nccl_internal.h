@@ -139,15 +139,14 @@ class NcclTransport : public Transport {
                       const std::string& c);
 
   Status allreduce(const Batch& b, const std::string& c);
-  Status reduce_in_place(void* buf, int64_t count, const Response& r, const std::string& c,
+  Status reduce_in_place(void* buf, int64_t count, const Batch& b, const std::string& c,
                          const void* src = nullptr);
   Status setup_hierarchical(const std::string& c);
-  Status hierarchical_allreduce(void* buf, int64_t count, const Response& r, const std::string& c);
-  Status allgather(const Response& r, const BatchTensor& t, TensorResult* out, const std::string& c);
-  Status broadcast(const Response& r, int root, const BatchTensor& t, const std::string& c);
-  Status alltoall(const Response& r, const BatchTensor& t, TensorResult* out, const std::string& c);
-  Status reducescatter(const Response& r, const BatchTensor& t, TensorResult* out,
-                       const std::string& c);
+  Status hierarchical_allreduce(void* buf, int64_t count, const Batch& b, const std::string& c);
+  Status allgather(const Batch& b, TensorResult* out, const std::string& c);
+  Status broadcast(const Batch& b, const std::string& c);
+  Status alltoall(const Batch& b, TensorResult* out, const std::string& c);
+  Status reducescatter(const Batch& b, TensorResult* out, const std::string& c);
 
   // Runs `issue` (NCCL calls on comm) inside a group with comm's lock held, then settles.
   Status nccl_group(Comm& comm, const std::string& c, const std::function<Status()>& issue);

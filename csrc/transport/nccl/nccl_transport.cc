@@ -123,7 +123,6 @@ void NcclTransport::run(Batch& batch) {
   Batch b = std::move(batch);  // the GPU work goes on after this returns
   // Absent tensors (present false) are what joining means here: they contribute zeros.
   const std::string what = b.describe();
-  const Response& r0 = b.first();
   std::vector<TensorResult> results(b.tensors.size());
   auto fail_now = [&](const Status& s) { b.done({s, std::move(results)}); };
   if (std::string f = fatal(); !f.empty()) {
@@ -135,12 +134,12 @@ void NcclTransport::run(Batch& batch) {
   if (s.ok()) s = wait_producers(b.tensors, what);
   const bool enqueued_any = s.ok();
   if (s.ok()) {
-    switch (r0.op) {
+    switch (b.op) {
       case OpType::kAllreduce: s = allreduce(b, what); break;
-      case OpType::kAllgather: s = allgather(r0, b.tensors[0], &results[0], what); break;
-      case OpType::kBroadcast: s = broadcast(r0, b.root, b.tensors[0], what); break;
-      case OpType::kAlltoall: s = alltoall(r0, b.tensors[0], &results[0], what); break;
-      case OpType::kReducescatter: s = reducescatter(r0, b.tensors[0], &results[0], what); break;
+      case OpType::kAllgather: s = allgather(b, &results[0], what); break;
+      case OpType::kBroadcast: s = broadcast(b, what); break;
+      case OpType::kAlltoall: s = alltoall(b, &results[0], what); break;
+      case OpType::kReducescatter: s = reducescatter(b, &results[0], what); break;
       default:
         s = Status::InvalidArgument(ctx(what) + ": not supported on CUDA tensors");
         break;

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "transport/bootstrap.h"
-#include "coordination/control_plane.h"
+#include "transport/control_plane.h"
 
 namespace hvd {
 

@@ -9,7 +9,7 @@
 #include "transport/shm/shm_allreduce.h"
 #include "transport/shm/shm_setup.h"
 #include "common/logging.h"
-#include "coordination/controller.h"
+#include "transport/control_plane.h"
 
 namespace hvd {
 namespace {
@@ -20,7 +20,7 @@ int64_t now_micros() {
       .count();
 }
 
-static_assert(GatherPaths::kVoteBits <= Controller::kVoteBits,
+static_assert(GatherPaths::kVoteBits <= kTransportVoteBits,
               "the measured paths' votes must fit the cycle's vote bits");
 
 class ShmTransport : public Transport {
@@ -43,7 +43,7 @@ class ShmTransport : public Transport {
         return b.tensors.size() == 1 && b.root >= 0 && gather_sized(b.bytes);
       case OpType::kAllgather:
       case OpType::kAlltoall:
-        return b.tensors.size() == 1 && gather_sized(bytes_per_rank(b.first()));
+        return b.tensors.size() == 1 && gather_sized(bytes_per_rank(b));
       default: return false;
     }
   }
@@ -52,7 +52,6 @@ class ShmTransport : public Transport {
   void run(Batch& b) override {
     const int64_t t0 = b.phase ? now_micros() : 0;
     BatchOutcome out;  // an allreduce or broadcast allocates no results: out.results stays empty
-    const Response& r = b.first();
     const char* phase = "SHM_ALLREDUCE";
     switch (b.op) {
       case OpType::kAllreduce: out.status = allreduce(b); break;
@@ -63,7 +62,7 @@ class ShmTransport : public Transport {
         break;
       case OpType::kBroadcast:
         phase = "SHM_BROADCAST";
-        out.status = shm_->broadcast(b.tensors[0].output.data, b.tensors[0].nbytes(), b.root);
+        out.status = shm_->broadcast(b.tensors[0].output.data, b.tensors[0].bytes, b.root);
         break;
       case OpType::kAllgather:
         phase = "SHM_ALLGATHER";
@@ -78,12 +77,11 @@ class ShmTransport : public Transport {
       default: out.status = Status::Backend("the shm transport does not run this collective");
     }
     if (!out.status.ok() && b.op != OpType::kAllreduce) {  // allreduce names its tensors itself
-      out.status = Status(out.status.code(), std::string(op_type_name(b.op)) + " '" + r.name +
-                                                 "': " + out.status.message());
+      out.status = Status(out.status.code(), b.describe() + ": " + out.status.message());
     }
     if (b.phase) {
       const int64_t t1 = now_micros();
-      for (const BatchTensor& t : b.tensors) b.phase(t.response->name, phase, t0, t1, "");
+      for (const BatchTensor& t : b.tensors) b.phase(*t.name, phase, t0, t1, "");
     }
     b.done(std::move(out));
   }
@@ -91,18 +89,16 @@ class ShmTransport : public Transport {
  private:
   bool gather_sized(int64_t bytes) const { return bytes <= gather_max_bytes_; }
   /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
-  int64_t bytes_per_rank(const Response& r) const {
-    const int64_t row = row_elements(r.shape) * static_cast<int64_t>(dtype_size(r.dtype));
+  int64_t bytes_per_rank(const Batch& b) const {
+    const int64_t row = row_elements(b.shape) * static_cast<int64_t>(dtype_size(b.dtype));
     int64_t rows = 0;
-    for (int64_t d : r.op == OpType::kAllgather ? r.first_dims : r.all_splits) rows += d;
+    for (int64_t d : b.op == OpType::kAllgather ? b.first_dims : b.all_splits) rows += d;
     return saturating_mul(rows, row) / size_;
   }
   Status allreduce(Batch& b);
   Status reducescatter(Batch& b, TensorResult* out);
   Status allgather(Batch& b, TensorResult* out);
   Status alltoall(Batch& b, TensorResult* out);
-  /// The factor and integer divisor that finish a reduction (Average, postscale).
-  void finish_factors(const Response& r, double* scale, int64_t* divisor) const;
   unsigned char* zeros(int64_t bytes) {
     if (static_cast<int64_t>(zeros_.size()) < bytes) zeros_.resize(static_cast<size_t>(bytes));
     std::memset(zeros_.data(), 0, static_cast<size_t>(bytes));
@@ -119,67 +115,44 @@ class ShmTransport : public Transport {
 };
 
 Status ShmTransport::allreduce(Batch& b) {
-  const Response& r0 = b.first();
+  const ReductionSpec& spec = b.reduction;
   int64_t absent_bytes = 0;
   for (const BatchTensor& t : b.tensors) {
-    if (!t.present) absent_bytes += t.response->nbytes_for_rank(0);
+    if (!t.present) absent_bytes += t.bytes;
   }
   unsigned char* zero = absent_bytes ? zeros(absent_bytes) : nullptr;
   std::vector<Segment>& segs = segs_;  // kept between calls (see ShmAllreduce::starts_)
   segs.clear();
   segs.reserve(b.tensors.size());
   for (const BatchTensor& t : b.tensors) {
-    const int64_t count = num_elements(t.response->shape);
     if (!t.present) {  // joined: zeros in, result dropped
-      segs.push_back({zero, count});
-      zero += count * static_cast<int64_t>(dtype_size(r0.dtype));
+      segs.push_back({zero, t.count});
+      zero += t.bytes;
       continue;
     }
     if (t.output.data != t.input.data) {
-      std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.nbytes()));
+      std::memcpy(t.output.data, t.input.data, static_cast<size_t>(t.bytes));
     }
-    scale_buffer(t.output.data, count, r0.dtype, r0.prescale);
-    segs.push_back({t.output.data, count});
+    scale_buffer(t.output.data, t.count, b.dtype, spec.prescale);
+    segs.push_back({t.output.data, t.count});
   }
-  double scale = 1.0;
-  int64_t divisor = 1;
-  finish_factors(r0, &scale, &divisor);
-  Status s = shm_->allreduce(segs, r0.dtype, r0.reduce_op, scale, divisor);
+  Status s = shm_->allreduce(segs, b.dtype, spec.op, spec.scale, spec.divisor);
   if (!s.ok()) {
-    return Status(s.code(), "allreduce '" + r0.name + "'" + (b.tensors.size() > 1 ? " (fused)" : "") +
-                                ": " + s.message());
+    return Status(s.code(), "allreduce '" + b.name() + "'" + (b.fused() ? " (fused)" : "") + ": " +
+                                s.message());
   }
   return Status::OK();
 }
 
-void ShmTransport::finish_factors(const Response& r, double* scale, int64_t* divisor) const {
-  *scale = r.postscale;
-  *divisor = 1;
-  if (r.reduce_op == ReduceOp::kAverage) {
-    *scale /= static_cast<double>(size_);
-    *divisor = size_;
-  }
-  if (!is_floating_point(r.dtype)) {  // integers: scaled (in double) only with a postscale
-    if (r.postscale == 1.0) {
-      *scale = 1.0;
-    } else {
-      *divisor = 1;
-    }
-  }
-}
-
 Status ShmTransport::reducescatter(Batch& b, TensorResult* out) {
-  const Response& r = b.first();
-  const ReducescatterSplit split = split_reducescatter(r, size_);
+  const ReductionSpec& spec = b.reduction;
+  const ReducescatterSplit split = split_reducescatter(b, size_);
   const std::vector<int64_t>& counts = split.counts;
-  Shape out_shape = r.shape;
+  Shape out_shape = b.shape;
   out_shape[0] = split.rows[static_cast<size_t>(rank_)];
-  Tensor result = Tensor::empty(r.dtype, out_shape);  // every element is written
-  double scale = 1.0;
-  int64_t divisor = 1;
-  finish_factors(r, &scale, &divisor);
-  Status s = shm_->reducescatter(b.tensors[0].input.data, result.data(), counts, r.dtype,
-                                 r.reduce_op, r.prescale, scale, divisor);
+  Tensor result = Tensor::empty(b.dtype, out_shape);  // every element is written
+  Status s = shm_->reducescatter(b.tensors[0].input.data, result.data(), counts, b.dtype,
+                                 spec.op, spec.prescale, spec.scale, spec.divisor);
   HVD_RETURN_IF_ERROR(s);
   out->has_tensor = true;
   out->tensor = std::move(result);
@@ -187,9 +160,8 @@ Status ShmTransport::reducescatter(Batch& b, TensorResult* out) {
 }
 
 Status ShmTransport::allgather(Batch& b, TensorResult* out) {
-  const Response& r = b.first();
-  const AllgatherPlan plan = plan_allgather(r);
-  Tensor result = Tensor::empty(r.dtype, plan.shape);  // every byte is written
+  const AllgatherPlan plan = plan_allgather(b);
+  Tensor result = Tensor::empty(b.dtype, plan.shape);  // every byte is written
   HVD_RETURN_IF_ERROR(shm_->allgatherv(b.tensors[0].input.data, result.data(), plan.bytes));
   out->has_tensor = true;
   out->tensor = std::move(result);
@@ -197,14 +169,13 @@ Status ShmTransport::allgather(Batch& b, TensorResult* out) {
 }
 
 Status ShmTransport::alltoall(Batch& b, TensorResult* out) {
-  const Response& r = b.first();
-  AlltoallPlan plan = plan_alltoall(r, size_, rank_);
-  Shape shape = r.shape;
+  AlltoallPlan plan = plan_alltoall(b, size_, rank_);
+  Shape shape = b.shape;
   shape[0] = plan.rows;
-  Tensor result = Tensor::empty(r.dtype, shape);  // every byte is written
+  Tensor result = Tensor::empty(b.dtype, shape);  // every byte is written
   HVD_RETURN_IF_ERROR(shm_->alltoallv(b.tensors[0].input.data, plan.send_bytes, result.data(),
                                       plan.recv_bytes, plan.recv_from,
-                                      alltoall_longest_block(r)));
+                                      alltoall_longest_block(b)));
   out->has_tensor = true;
   out->tensor = std::move(result);
   out->splits = std::move(plan.recv_rows);
