@@ -282,20 +282,13 @@ namespace {
 std::shared_ptr<detail::HandleState> submit(ProcessSetState& set, OpType op,
                                             const std::string& name, std::vector<float>* data,
                                             Shape shape, std::vector<int64_t> splits = {}) {
-  TensorEntry e;
-  e.request.rank = set.rank();
-  e.request.op = op;
-  e.request.name = name;
-  e.request.dtype = DataType::kFloat32;
-  e.request.shape = shape;
-  e.request.splits = std::move(splits);
-  e.input = TensorView(data->data(), DataType::kFloat32, {});  // the API keeps no shape
-  e.output = e.input;
+  TensorView input(data->data(), DataType::kFloat32, shape);
+  TensorSubmit t(op, &name, &input, nullptr);
+  if (!splits.empty()) t.splits = &splits;
+  SubmitCommon common;
   auto h = std::make_shared<detail::HandleState>(name, 1);
-  e.handle = h;
-  std::vector<TensorEntry> v;
-  v.push_back(std::move(e));
-  throw_if_error(set.enqueue(std::move(v)));
+  common.handle = h;
+  throw_if_error(set.enqueue(&t, 1, common));
   return h;
 }
 
