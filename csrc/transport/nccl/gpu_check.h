@@ -34,7 +34,8 @@ inline std::string nccl_error_message(ncclResult_t r, ncclComm_t comm) {
     cudaError_t _hvd_ce = (call);                                                           \
     if (_hvd_ce != cudaSuccess) {                                                           \
       (void)cudaGetLastError();                                                             \
-      return ::hvd::Status::Backend(std::string(#call) + " failed (" + (ctx) +              \
+      return ::hvd::Status::Backend(std::string(#call) + " failed at " __FILE__ ":" +       \
+                                    std::to_string(__LINE__) + " (" + (ctx) +              \
                                     "): " + ::hvd::cuda_error_message(_hvd_ce));            \
     }                                                                                       \
   } while (0)
@@ -45,7 +46,8 @@ inline std::string nccl_error_message(ncclResult_t r, ncclComm_t comm) {
   do {                                                                                      \
     ncclResult_t _hvd_nr = (call);                                                          \
     if (_hvd_nr != ncclSuccess && _hvd_nr != ncclInProgress) {                              \
-      return ::hvd::Status::Backend(std::string(#call) + " failed (" + (ctx) +              \
+      return ::hvd::Status::Backend(std::string(#call) + " failed at " __FILE__ ":" +       \
+                                    std::to_string(__LINE__) + " (" + (ctx) +              \
                                     "): " + ::hvd::nccl_error_message(_hvd_nr, (comm)));    \
     }                                                                                       \
   } while (0)

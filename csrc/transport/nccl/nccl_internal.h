@@ -57,7 +57,8 @@ using Clock = std::chrono::steady_clock;
     int _hvd_ke = (call);                                                                 \
     if (_hvd_ke != 0) {                                                                   \
       (void)cudaGetLastError();                                                           \
-      return ::hvd::Status::Backend(std::string(#call) + " failed (" + (ctx) +            \
+      return ::hvd::Status::Backend(std::string(#call) + " failed at " __FILE__ ":" +     \
+                                    std::to_string(__LINE__) + " (" + (ctx) +            \
                                     "): " + ::hvd::cuda::cuda_error_text(_hvd_ke));       \
     }                                                                                     \
   } while (0)
