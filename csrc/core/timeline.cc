@@ -6,16 +6,13 @@
 #include <chrono>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/json_escape.h"
 #include "common/safe_file.h"
 
 namespace hvd {
 
-int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_us() { return steady_us(); }
 
 Timeline::~Timeline() { stop(); }
 

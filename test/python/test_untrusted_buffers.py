@@ -48,12 +48,13 @@ def test_duck_typed_objects_are_refused(rank, size):
     fake = FakeTensor(16)
     with pytest.raises(TypeError, match="expected a numpy.ndarray or a torch.Tensor"):
         _C.dtype_name(fake)
+    # The one native allreduce entry, as numpy calls it and as horovod_cpp.torch calls it.
     with pytest.raises(TypeError, match="expected a numpy.ndarray or a torch.Tensor"):
-        _C.allreduce_async(fake, None, "t.fake.np", 0, 1.0, 1.0, 0)
-    # The per-call fast path hands anything that is not a real tensor to the general path
-    # (0: nothing submitted), which refuses it.
-    assert _C.torch_allreduce_async_fast(fake, None, "t.fake.fast", hvd.Sum, 1.0, 1.0,
-                                         hvd.global_process_set) == 0
+        _C.allreduce_async(fake, None, "t.fake.np", hvd.Sum, 1.0, 1.0, hvd.global_process_set,
+                           None, False)
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        _C.allreduce_async(fake, None, "t.fake.fast", hvd.Sum, 1.0, 1.0, hvd.global_process_set,
+                           None, True)
     with pytest.raises(TypeError, match="must be a torch.Tensor"):
         hvd.allreduce_async_(fake, name="t.fake.torch")
     assert fake.calls == 0, "the library read the address of a non-tensor"

@@ -6,18 +6,13 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/fatal.h"
 #include "kernels/host/cpu_ops.h"
 #include "transport/row_layout.h"
 
 namespace hvd {
 namespace {
-
-int64_t now_micros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string phase_prefix(const char* name) {
   std::string p(name);
@@ -36,11 +31,11 @@ void CpuTransport::run(Batch& b) {
   if (b.op == OpType::kAllgather || b.op == OpType::kAlltoall || b.op == OpType::kReducescatter) {
     out.results.resize(b.tensors.size());
   }
-  const int64_t t0 = b.phase ? now_micros() : 0;
+  const int64_t t0 = b.phase ? steady_us() : 0;
   out.status = run_batch(b, &out.results);
   if (b.phase && !b.fused()) {
     const std::string phase = prefix_ + op_type_name(b.op);
-    b.phase(b.name(), phase.c_str(), t0, now_micros(), "");
+    b.phase(b.name(), phase.c_str(), t0, steady_us(), "");
   }
   b.done(std::move(out));
 }
@@ -105,7 +100,7 @@ Status CpuTransport::allreduce_fused(Batch& b) {
     fusion_buffer_.resize(static_cast<size_t>(bytes));
   }
   unsigned char* buf = fusion_buffer_.data();
-  const int64_t t0 = b.phase ? now_micros() : 0;
+  const int64_t t0 = b.phase ? steady_us() : 0;
   for (size_t k = 0; k < b.tensors.size(); ++k) {
     const BatchTensor& t = b.tensors[k];
     const size_t n = static_cast<size_t>(t.bytes);
@@ -118,9 +113,9 @@ Status CpuTransport::allreduce_fused(Batch& b) {
     }
   }
   const int64_t count = bytes / static_cast<int64_t>(dtype_size(b.dtype));
-  const int64_t t1 = b.phase ? now_micros() : 0;
+  const int64_t t1 = b.phase ? steady_us() : 0;
   Status s = reduce_buffer(buf, count, b);
-  const int64_t t2 = b.phase ? now_micros() : 0;
+  const int64_t t2 = b.phase ? steady_us() : 0;
   if (!s.ok()) return Status(s.code(), b.describe() + ": " + s.message());
   for (size_t k = 0; k < b.tensors.size(); ++k) {
     const BatchTensor& t = b.tensors[k];
@@ -128,7 +123,7 @@ Status CpuTransport::allreduce_fused(Batch& b) {
     std::memcpy(t.output.data, buf + b.offsets[k], static_cast<size_t>(t.bytes));
   }
   if (b.phase) {
-    const int64_t t3 = now_micros();
+    const int64_t t3 = steady_us();
     const std::string args = "\"fused_tensors\":" + std::to_string(b.tensors.size()) +
                              ",\"fused_bytes\":" + std::to_string(bytes);
     const std::string reduce = prefix_ + "ALLREDUCE";

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/clock.h"
 #include "kernels/host/cpu_ops.h"
 #include "transport/row_layout.h"
 #include "transport/shm/shm_allreduce.h"
@@ -13,12 +14,6 @@
 
 namespace hvd {
 namespace {
-
-int64_t now_micros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 static_assert(GatherPaths::kVoteBits <= kTransportVoteBits,
               "the measured paths' votes must fit the cycle's vote bits");
@@ -50,7 +45,7 @@ class ShmTransport : public Transport {
   uint32_t path_votes() override { return shm_->path_votes(); }
   void set_agreed_paths(uint32_t votes) override { shm_->paths().set_agreed(votes); }
   void run(Batch& b) override {
-    const int64_t t0 = b.phase ? now_micros() : 0;
+    const int64_t t0 = b.phase ? steady_us() : 0;
     BatchOutcome out;  // an allreduce or broadcast allocates no results: out.results stays empty
     const char* phase = "SHM_ALLREDUCE";
     switch (b.op) {
@@ -80,7 +75,7 @@ class ShmTransport : public Transport {
       out.status = Status(out.status.code(), b.describe() + ": " + out.status.message());
     }
     if (b.phase) {
-      const int64_t t1 = now_micros();
+      const int64_t t1 = steady_us();
       for (const BatchTensor& t : b.tensors) b.phase(*t.name, phase, t0, t1, "");
     }
     b.done(std::move(out));
