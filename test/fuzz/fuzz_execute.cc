@@ -193,10 +193,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       SubmitCommon common;
       common.handle = std::make_shared<detail::HandleState>(name, 1);
       handles[static_cast<size_t>(r)].push_back(common.handle);
-      HVD_FUZZ_CHECK(sets.set(r).enqueue(&ts, 1, common).ok());
+      // Each tensor is a submission of its own, so a corrupted cycle may stop a set before
+      // this rank's later tensors: those are refused (the set stopped) and count as failed
+      // here; the other ranks never see them, so they cannot succeed anywhere.
+      const Status s = sets.set(r).enqueue(&ts, 1, common);
+      if (!s.ok()) {
+        HVD_FUZZ_CHECK(s.code() == ErrorCode::kShutdown);
+        handles[static_cast<size_t>(r)].back()->complete(s);
+      }
     }
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  // Every tensor completes, or is left unanswered: rank 0 answers every tensor, so a corrupted
+  // rank 0 can drop one from its list (a renamed response is refused on every rank, and the
+  // tensor it stood for never gets one). That is a stall, which no rank but rank 0 times out
+  // (docs/security.md); here the harness ends it as a job's shutdown would: the sets stop and
+  // every pending handle fails. Either way, every tensor ends failed on all ranks or on none.
+  const auto soon = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  bool unanswered = false;
+  for (const auto& rank_handles : handles) {
+    for (const auto& h : rank_handles) unanswered |= !h->wait_until(soon);
+  }
+  if (unanswered) sets.shutdown();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (int t = 0; t < k; ++t) {
     bool ok0 = false;
     for (int r = 0; r < n; ++r) {
