@@ -23,3 +23,4 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       synchronize_all)
 from .optimizer import DistributedOptimizer
 from .semisync import StepGuard
+from .sync_batch_norm import SyncBatchNorm
