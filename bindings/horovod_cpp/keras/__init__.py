@@ -2,5 +2,5 @@
 backend)."""
 
 from ..tensorflow.keras import *  # noqa: F401,F403
-from ..tensorflow.keras import (DistributedOptimizer, broadcast_global_variables, callbacks,
-                                load_model)
+from ..tensorflow.keras import (DistributedOptimizer, SyncBatchNormalization,
+                                broadcast_global_variables, callbacks, load_model)

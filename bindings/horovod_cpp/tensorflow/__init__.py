@@ -20,6 +20,7 @@ from .functions import (allgather_object, allreduce, broadcast_global_variables,
 from .gradient_tape import DistributedGradientTape
 from .mpi_ops import allgather, alltoall, barrier, broadcast, join
 from .optimizer_v1 import BroadcastGlobalVariablesHook, DistributedOptimizerV1
+from .sync_batch_norm import SyncBatchNormalization
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",

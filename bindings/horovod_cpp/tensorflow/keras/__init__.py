@@ -18,6 +18,7 @@ from ..functions import broadcast_variables
 from . import callbacks
 from .optimizer import DistributedOptimizer, _wrap_in_place
 from ..gradients import GradientReducer
+from ..sync_batch_norm import SyncBatchNormalization
 
 
 def broadcast_global_variables(root_rank, model=None):
