@@ -52,7 +52,7 @@ def reference_forward(ref, x):
     return ref(x.reshape(x.shape[0], CHANNELS, -1)).reshape(x.shape)
 
 
-def step(layer, ref, rank, sizes, dims, dtype, seed):
+def step(layer, ref, rank, sizes, dims, dtype, seed, device="cpu"):
     """One training step of both layers on the batches of `sizes`; checks the output and the
     input, weight and bias gradients of this rank."""
     tol = dict(rtol=1e-9, atol=1e-9) if dtype == torch.float64 else dict(rtol=2e-4, atol=2e-4)
@@ -63,18 +63,18 @@ def step(layer, ref, rank, sizes, dims, dtype, seed):
     want = reference_forward(ref, full)
     (want * torch.cat(gs)).sum().backward()
 
-    x = xs[rank].clone().requires_grad_()
+    x = xs[rank].to(device).requires_grad_()
     y = layer(x)
-    assert y.shape == x.shape and y.dtype == dtype
-    torch.testing.assert_close(y, want.detach()[start:start + sizes[rank]], **tol)
-    (y * gs[rank]).sum().backward()
-    torch.testing.assert_close(x.grad, full.grad[start:start + sizes[rank]], **tol)
+    assert y.shape == x.shape and y.dtype == dtype and y.device == x.device
+    torch.testing.assert_close(y.cpu(), want.detach()[start:start + sizes[rank]], **tol)
+    (y * gs[rank].to(device)).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), full.grad[start:start + sizes[rank]], **tol)
     if layer.affine:
         # Each rank holds its share of the parameter gradients; their sum is the whole's.
         for what, p, q in (("weight", layer.weight, ref.weight), ("bias", layer.bias, ref.bias)):
             total = hvd.allreduce(p.grad, op=hvd.Sum, name=f"sbn.grad.{what}",
                                   process_set=layer.process_set)
-            torch.testing.assert_close(total, q.grad, **tol)
+            torch.testing.assert_close(total.cpu(), q.grad, **tol)
             p.grad = None
             q.grad = None
 
@@ -153,3 +153,22 @@ def test_process_sets(rank, size):
     finally:
         hvd.remove_process_set(solo)
         hvd.remove_process_set(pair)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and hvd.nccl_built()),
+                    reason="needs a CUDA device and a horovod_cpp build with NCCL")
+def test_cuda_training_and_eval(rank, size):
+    """CUDA tensors take the same path (statistics by torch ops on the device, collectives by
+    the library): outputs, gradients and running statistics as on the CPU reference."""
+    dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    layer, ref = make_pair(torch.float32)
+    layer.to(dev)
+    for seed in range(2):
+        step(layer, ref, rank, batch_sizes(size), 4, torch.float32, seed + 40, device=dev)
+    torch.testing.assert_close(layer.running_mean.cpu(), ref.running_mean)
+    torch.testing.assert_close(layer.running_var.cpu(), ref.running_var)
+    layer.eval()
+    ref.eval()
+    x = rank_batch(rank, 3, 4, torch.float32, seed=49)
+    torch.testing.assert_close(layer(x.to(dev)).cpu(), reference_forward(ref, x))
