@@ -16,8 +16,9 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     may differ (a mask is honoured). The allreduce has a gradient, so backpropagation also
     spans the ranks: the input gradient is that of one layer over the concatenated batch.
     Inference mode and a set of one rank do not communicate. Keras's own `synchronized`
-    (tf.distribute) is not used. Works eagerly and in tf.function (model.fit). `process_set` is not part of the layer's config
-    (a set is registered per job): a layer restored from a saved model uses the global set."""
+    (tf.distribute) is not used. Works eagerly and in tf.function (model.fit). `process_set`
+    is not part of the layer's config (a set is registered per job): a layer restored from a
+    saved model uses the global set."""
 
     def __init__(self, *args, process_set=global_process_set, **kwargs):
         kwargs.pop("synchronized", None)
