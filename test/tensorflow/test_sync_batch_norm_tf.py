@@ -3,6 +3,9 @@ over the batch of every rank concatenated (uneven per-rank batch sizes): outputs
 statistics, input/gamma/beta gradients, eagerly and in tf.function; inference mode; model.fit.
 Every rank builds every rank's batch from seeds."""
 
+import os
+import tempfile
+
 import keras
 import numpy as np
 import pytest
@@ -125,3 +128,20 @@ def test_fit_on_uneven_shards_equals_one_process():
     ref.fit(x, y, batch_size=len(x), epochs=3, shuffle=False, verbose=0)
     for got, want in zip(model.get_weights(), ref.get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+
+
+def test_saved_model_loads_without_custom_objects():
+    model = _bn_model(hvd.SyncBatchNormalization(momentum=0.5, epsilon=0.01))
+    x = np.random.default_rng(hvd.rank()).normal(size=(6, 5)).astype(np.float32)
+    model(x, training=True)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.keras")
+        model.save(path)
+        loaded = keras.models.load_model(path)
+    layer = loaded.layers[1]
+    assert isinstance(layer, hvd.SyncBatchNormalization)
+    assert layer.momentum == 0.5 and layer.epsilon == 0.01
+    for got, want in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(loaded(x, training=False).numpy(),
+                               model(x, training=False).numpy(), rtol=1e-6, atol=1e-6)

@@ -8,6 +8,8 @@ from .._basics import Sum, global_process_set
 from .mpi_ops import _allreduce, _set_size_of
 
 
+# Registered so that keras.models.load_model finds the class without custom_objects.
+@keras.saving.register_keras_serializable(package="horovod_cpp")
 class SyncBatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization (same arguments, same moving-statistics update) whose
     training-mode mean and variance cover every rank of `process_set`: one allreduce (Sum) of
