@@ -155,6 +155,37 @@ def test_process_sets(rank, size):
         hvd.remove_process_set(pair)
 
 
+def _net(norm):
+    torch.manual_seed(5)
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), norm, torch.nn.Tanh(),
+                               torch.nn.Linear(4, 1)).double()
+
+
+def test_distributed_optimizer_training_equals_one_process(rank, size):
+    """Training with DistributedOptimizer (op=Sum, summed loss) on uneven shards gives the
+    weights and running statistics of one process training on the whole batch: the layer's
+    own collectives interleave with the optimizer's gradient allreduces."""
+    sizes = [3 + 2 * r for r in range(size)]
+    g = torch.Generator().manual_seed(17)
+    x = torch.randn(sum(sizes), 5, generator=g, dtype=torch.float64) * 2 + 1
+    y = torch.randn(sum(sizes), 1, generator=g, dtype=torch.float64)
+    mine = slice(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+    model = _net(hvd.SyncBatchNorm(4))
+    ref = _net(torch.nn.BatchNorm1d(4))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters(), op=hvd.Sum)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.01)
+    for _ in range(3):
+        opt.zero_grad()
+        ((model(x[mine]) - y[mine]) ** 2).sum().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        ((ref(x) - y) ** 2).sum().backward()
+        ref_opt.step()
+    for (name, got), want in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(got, want, msg=name)
+
+
 @pytest.mark.skipif(not (torch.cuda.is_available() and hvd.nccl_built()),
                     reason="needs a CUDA device and a horovod_cpp build with NCCL")
 def test_cuda_training_and_eval(rank, size):
