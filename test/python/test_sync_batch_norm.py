@@ -127,6 +127,18 @@ def test_too_few_values_fail_on_every_rank(rank, size):
     assert check.item() == size
 
 
+def test_channel_mismatch_fails_on_every_rank(rank, size):
+    if size < 2:
+        pytest.skip("needs two ranks")
+    layer = hvd.SyncBatchNorm(CHANNELS)
+    x = torch.randn(4, CHANNELS + 1 if rank == 0 else CHANNELS)
+    with pytest.raises(hvd.MismatchError, match=r"SyncBatchNorm: the ranks' inputs differ in "
+                       r"channel count.*rank 0"):
+        layer(x)
+    check = hvd.allreduce(torch.ones(1), op=hvd.Sum, name="sbn.after_mismatch")
+    assert check.item() == size
+
+
 def test_rejects_1d_input():
     with pytest.raises(ValueError, match="at least 2D"):
         hvd.SyncBatchNorm(CHANNELS)(torch.randn(CHANNELS))

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .._basics import Sum, _set_size, global_process_set
+from .._basics import MismatchError, Sum, _set_size, global_process_set
 from .mpi_ops import allgather_async, allreduce_async, synchronize
 
 
@@ -43,7 +43,13 @@ def _global_moments(xs, process_set):
         mean = xs.new_zeros(channels)
         var = xs.new_zeros(channels)
     local = torch.cat([xs.new_tensor([float(count)]), mean, var * count]).unsqueeze(0)
-    rows = synchronize(allgather_async(local, process_set=process_set))
+    try:
+        rows = synchronize(allgather_async(local, process_set=process_set))
+    except MismatchError as e:
+        # The library names the row widths (2 * channels + 1); say what they mean.
+        raise MismatchError(f"horovod_cpp.torch.SyncBatchNorm: the ranks' inputs differ in "
+                            f"channel count or dtype (this rank: {channels} channels, "
+                            f"{xs.dtype} statistics): {e}") from e
     counts, means, sq_devs = rows[:, :1], rows[:, 1:1 + channels], rows[:, 1 + channels:]
     total = float(counts.sum().item())
     if total <= 1:
