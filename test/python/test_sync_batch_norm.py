@@ -102,6 +102,33 @@ def test_training_matches_concatenated_batch(rank, size, dims, dtype):
     assert check.item() == size
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_accumulate_in_float32(rank, size, dtype):
+    """float16/bfloat16 inputs (float32 parameters, as under autocast): output and input
+    gradient in the input's dtype, equal to a float64 BatchNorm over the same rounded values
+    within the dtype's precision."""
+    if size < 2:
+        pytest.skip("one rank runs torch's own batch_norm (no CPU float16 kernel in torch 1.13)")
+    layer, ref = make_pair(torch.float32)
+    ref.double()
+    sizes = batch_sizes(size)
+    xs = [rank_batch(r, n, 4, dtype, seed=60) for r, n in enumerate(sizes)]
+    gs = [upstream(r, n, 4, torch.float64, seed=60) for r, n in enumerate(sizes)]
+    full = torch.cat(xs).double().requires_grad_()
+    want = reference_forward(ref, full)
+    (want * torch.cat(gs)).sum().backward()
+    mine = slice(sum(sizes[:rank]), sum(sizes[:rank + 1]))
+    x = xs[rank].requires_grad_()
+    y = layer(x)
+    (y * gs[rank].to(dtype)).sum().backward()
+    assert y.dtype == dtype and x.grad.dtype == dtype
+    tol = dict(rtol=2e-2, atol=3e-2) if dtype == torch.float16 else dict(rtol=4e-2, atol=8e-2)
+    torch.testing.assert_close(y.double(), want.detach()[mine], **tol)
+    torch.testing.assert_close(x.grad.double(), full.grad[mine], **tol)
+    torch.testing.assert_close(layer.running_var.double(), ref.running_var, rtol=1e-5,
+                               atol=1e-5)
+
+
 @pytest.mark.parametrize("variant", ["empty_rank", "no_affine", "cumulative", "no_tracking"])
 def test_variants(rank, size, variant):
     dtype = torch.float64
