@@ -101,7 +101,11 @@ namespace {
 
 Status TensorTable::enqueue(TensorSubmit* tensors, size_t n, SubmitCommon& common) {
   std::unique_lock<std::mutex> lk(mu_);
-  HVD_RETURN_IF_ERROR(admit_locked(tensors[0].op, *tensors[0].name));
+  // The common case (running, no sweep due) decided inline: admit_locked() returns a Status
+  // through a call.
+  if (stopped_ || shutdown_requested_ || names_.size() >= sweep_at_) {
+    HVD_RETURN_IF_ERROR(admit_locked(tensors[0].op, *tensors[0].name));
+  }
   OpType pending_op = OpType::kAllreduce;
   if (n == 1) {  // one probe of the index
     TensorSubmit& t = tensors[0];
