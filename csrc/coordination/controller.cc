@@ -281,6 +281,7 @@ Status Controller::full_cycle(bool stall_report, CycleResult* out) {
   RequestList mine;
   mine.requests = std::move(uncached_);
   uncached_.clear();
+  if (requests_sent_ && !mine.requests.empty()) requests_sent_(mine.requests);
   mine.shutdown = shutdown_requested_;
   if (stall_report) {
     pending_bits_.for_each(

@@ -227,6 +227,10 @@ class Controller {
   /// (one more allreduce_and per full cycle that brings responses, and a gather and broadcast
   /// of the findings when there are some). Every rank of the set must set one, or none.
   void set_response_check(ResponseCheck check) { response_check_ = std::move(check); }
+  /// Sees the requests this rank sends in full, before they go: only those can get a fresh
+  /// response, so the record the ResponseCheck compares with is made from them here.
+  using RequestsSent = std::function<void(const std::vector<Request>& requests)>;
+  void set_requests_sent(RequestsSent f) { requests_sent_ = std::move(f); }
 
  private:
   struct TableEntry {
@@ -252,6 +256,7 @@ class Controller {
   ControllerOptions options_;
   Clock clock_;
   ResponseCheck response_check_;
+  RequestsSent requests_sent_;
   ResponseCache cache_;
 
   // Every rank.

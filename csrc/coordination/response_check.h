@@ -6,8 +6,9 @@
 // was corrupted (or a hostile one) at rank 0 could otherwise announce a larger shape, another
 // dtype or op, or huge splits, and make every other rank read and write past its tensors. So
 // each rank compares a fresh response with the digest of its own request that it kept in its
-// table (PendingTensor::asked), before anything is sized from it; the controller then makes
-// every rank fail a tensor that any rank found wrong (Controller::set_response_check).
+// table when it sent the request in full (PendingTensor::asked), before anything is sized
+// from it; the controller then makes every rank fail a tensor that any rank found wrong
+// (Controller::set_response_check).
 #pragma once
 
 #include <cstddef>
@@ -81,8 +82,8 @@ inline uint64_t params_digest(OpType op, ReduceOp reduce_op, double prescale, do
   for (size_t i = 0; i < nsplits; ++i) h = detail::mix(h, static_cast<uint64_t>(splits[i]));
   return h;
 }
-/// The digest of `q`, made where the request is complete (ProcessSetState::fill and
-/// enqueue_one): inline, one pass over the shape (this runs for every submitted tensor).
+/// The digest of `q`, made when it is sent in full (TensorTable::note_sent()), the only
+/// requests a fresh response can answer: one pass over the shape.
 inline RequestDigest digest_of(const Request& q) {
   RequestDigest d;
   const int64_t* dims = q.shape.data();

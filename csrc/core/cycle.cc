@@ -35,6 +35,7 @@ Cycle::Cycle(int set_id, const std::vector<int>& global_ranks, int rank, SetPlan
         table_->check_responses(rs, controller_->joined(), static_cast<int>(global_ranks_.size()),
                                 problems);
       });
+  controller_->set_requests_sent([this](const std::vector<Request>& qs) { table_->note_sent(qs); });
   HVD_LOG(kDebug) << "process set " << id_ << ": transports " << planes_->transports->describe();
   executor_ = std::make_unique<Executor>(planes_->transports.get(), config.fusion_threshold_bytes,
                                          global_ranks_, timeline_);

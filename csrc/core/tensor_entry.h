@@ -26,8 +26,9 @@ struct PendingTensor {
   std::shared_ptr<detail::HandleState> handle;
   int part = 0;            ///< index of this tensor in its handle (grouped operations)
   int64_t enqueue_us = 0;  ///< when it was submitted (timeline)
-  /// What the request asked for beyond op, dtype and device (the views keep no shape): a
-  /// fresh response is checked against it before anything is sized from it.
+  /// What the request asked for beyond op, dtype and device (the views keep no shape), made
+  /// when the request is sent in full (TensorTable::note_sent()): a fresh response is checked
+  /// against it before anything is sized from it.
   RequestDigest asked;
 
   /// The request as check_response_against_request() sees it.
@@ -47,7 +48,7 @@ struct TensorSubmit {
   OpType op = OpType::kAllreduce;
   const std::string* name = nullptr;  ///< never empty (unnamed calls are numbered first)
   TensorView* input = nullptr;        ///< moved from; its shape becomes the request's
-  TensorView* output = nullptr;       ///< moved from (its shape already dropped); null: in place
+  TensorView* output = nullptr;       ///< copied (its shape already dropped); null: in place
   ReduceOp reduce_op = ReduceOp::kSum;
   double prescale = 1.0;
   double postscale = 1.0;

@@ -70,6 +70,11 @@ class TensorTable {
   /// joined, so it runs allreduces it did not submit (with zeros) and refuses none of those.
   void check_responses(const std::vector<Response>& responses, bool joined, int set_size,
                        std::vector<std::string>* problems) const;
+  /// Controller::RequestsSent: keeps the digest of each of `requests` (this rank's, about to
+  /// be sent in full) in its pending place, for check_responses(). Only a request sent in
+  /// full can get a fresh response, so the digest is made here, not at every submission: a
+  /// step whose tensors all go as cache bits makes none.
+  void note_sent(const std::vector<Request>& requests);
 
   /// Asks for a shutdown: later submissions fail, and the scheduler's next cycle says so.
   void request_shutdown();
@@ -125,6 +130,8 @@ class TensorTable {
     std::string name;
     /// Filled since the last sweep of idle names: a name in use every step survives sweeps.
     bool used = false;
+    /// `entry.asked` is the digest of the pending request, which was sent in full.
+    bool asked_known = false;
   };
 
   /// names_.find(name), mu_ held; tries the place that followed the last one filled first.
