@@ -158,6 +158,22 @@ def test_tape_outside_its_process_set_keeps_gradients_local(mode):
         hvd.remove_process_set(ps)
 
 
+def test_tf1_optimizer_register_local_var():
+    n, r = hvd.size(), hvd.rank()
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0, 2.0]))
+        own = tf.compat.v1.get_variable("own", initializer=tf.constant([3.0]))
+        loss = float(r + 1) * (tf.reduce_sum(w) + tf.reduce_sum(own))
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0))
+        opt.register_local_var(own)
+        grads = opt.compute_gradients(loss, [w, own])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            gw, gown = sess.run([grads[0][0], grads[1][0]])
+    np.testing.assert_allclose(gw, [np.mean([s + 1.0 for s in range(n)])] * 2, rtol=1e-6)
+    np.testing.assert_allclose(gown, [(r + 1.0) / n], rtol=1e-6)
+
+
 def test_tf1_optimizer_outside_its_process_set_keeps_gradients_local():
     n, r = hvd.size(), hvd.rank()
     ps = _outside_set()

@@ -28,7 +28,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                          device_sparse="", compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          average_aggregated_gradients=False, num_groups=0, groups=None,
-                         process_set=global_process_set):
+                         process_set=global_process_set, scale_local_gradients=True):
     """Wraps an optimizer so that gradients are averaged across ranks before they are applied:
     a tf.compat.v1.train.Optimizer (session style) or a Keras optimizer (then the same as
     horovod_cpp.keras.DistributedOptimizer)."""
@@ -39,14 +39,14 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
             sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
             op=op, gradient_predivide_factor=gradient_predivide_factor,
             average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
-            groups=groups, process_set=process_set)
+            groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
     from .keras import DistributedOptimizer as _keras_optimizer
     return _keras_optimizer(
         optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
         backward_passes_per_step=backward_passes_per_step, op=op,
         gradient_predivide_factor=gradient_predivide_factor,
         average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
-        groups=groups, process_set=process_set)
+        groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
 
 
 def size_op(process_set_id=0, name=None):
