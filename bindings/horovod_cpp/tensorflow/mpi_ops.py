@@ -115,16 +115,21 @@ def _grouped_by_dtype(kind, tensors, name, call):
     return out
 
 
+def _grouped_reducing(kind, raw_op, reduce_op, tensors, name, prescale_factor,
+                      postscale_factor, process_set):
+    """A grouped reducing op (`raw_op`, reduce_op the core's value) once per dtype."""
+    set_id = _checked_set_id(process_set)
+    return _grouped_by_dtype(kind, tensors, name, lambda group, node, tname, from_node: raw_op(
+        group, reduce_op=reduce_op, prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), tensor_name=tname, name_from_node=from_node,
+        process_set_id=set_id, name=node))
+
+
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
     """One grouped op per dtype; results in input order."""
-    set_id = _checked_set_id(process_set)
-    return _grouped_by_dtype("Allreduce", tensors, name, lambda group, node, tname, from_node:
-                             MPI_LIB.horovod_cpp_grouped_allreduce(
-                                 group, reduce_op=_op_value(op),
-                                 prescale_factor=float(prescale_factor),
-                                 postscale_factor=float(postscale_factor), tensor_name=tname,
-                                 name_from_node=from_node, process_set_id=set_id, name=node))
+    return _grouped_reducing("Allreduce", MPI_LIB.horovod_cpp_grouped_allreduce, _op_value(op),
+                             tensors, name, prescale_factor, postscale_factor, process_set)
 
 
 @_tf_ops.RegisterGradient("HorovodCppGroupedAllreduce")
@@ -255,13 +260,9 @@ def _reducescatter_grad(op, grad):
 def _grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
                            postscale_factor=1.0, process_set=global_process_set):
     """One grouped op per dtype; results in input order."""
-    set_id = _checked_set_id(process_set)
-    return _grouped_by_dtype("Reducescatter", tensors, name, lambda group, node, tname, fn:
-                             MPI_LIB.horovod_cpp_grouped_reducescatter(
-                                 group, reduce_op=_reducescatter_op(op),
-                                 prescale_factor=float(prescale_factor),
-                                 postscale_factor=float(postscale_factor), tensor_name=tname,
-                                 name_from_node=fn, process_set_id=set_id, name=node))
+    return _grouped_reducing("Reducescatter", MPI_LIB.horovod_cpp_grouped_reducescatter,
+                             _reducescatter_op(op), tensors, name, prescale_factor,
+                             postscale_factor, process_set)
 
 
 @_tf_ops.RegisterGradient("HorovodCppGroupedReducescatter")
