@@ -31,6 +31,8 @@ bool to_hvd_dtype(tensorflow::DataType t, hvd::DataType* out) {
     case tensorflow::DT_UINT8: *out = hvd::DataType::kUInt8; return true;
     case tensorflow::DT_INT8: *out = hvd::DataType::kInt8; return true;
     case tensorflow::DT_INT16: *out = hvd::DataType::kInt16; return true;
+    // Only the ops that move bytes accept uint16 (ops.cc), so it never reaches a reduction.
+    case tensorflow::DT_UINT16: *out = hvd::DataType::kInt16; return true;
     case tensorflow::DT_INT32: *out = hvd::DataType::kInt32; return true;
     case tensorflow::DT_INT64: *out = hvd::DataType::kInt64; return true;
     case tensorflow::DT_HALF: *out = hvd::DataType::kFloat16; return true;
@@ -172,6 +174,30 @@ class CollectiveKernel : public AsyncOpKernel {
         [ctx](const hvd::Handle& h) { return emit(ctx, 0, h.result()); });
   }
 
+  // Runs `submit(names, views of every input)`, a grouped collective whose results (allocated
+  // by the library) become the outputs, one per input. Members are named name_.i.
+  template <typename Submit>
+  void run_grouped_into_new_outputs(OpKernelContext* ctx, DoneCallback done, Submit submit) {
+    const int n = ctx->num_inputs();
+    std::vector<hvd::TensorView> views(static_cast<size_t>(n));
+    std::vector<std::string> names(static_cast<size_t>(n));
+    std::vector<Tensor> keep;
+    keep.reserve(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      keep.push_back(ctx->input(i));
+      OP_REQUIRES_OK_ASYNC(ctx, view_of(ctx->input(i), &views[static_cast<size_t>(i)]), done);
+      if (!name_.empty()) names[static_cast<size_t>(i)] = name_ + "." + std::to_string(i);
+    }
+    run(ctx, std::move(done), std::move(keep), [&] { return submit(names, views); },
+        [ctx, n](const hvd::Handle& h) {
+          const std::vector<hvd::Tensor> results = h.results();
+          for (int i = 0; i < n; ++i) {
+            TF_RETURN_IF_ERROR(emit(ctx, i, results[static_cast<size_t>(i)]));
+          }
+          return absl::OkStatus();
+        });
+  }
+
   static absl::Status ok(const hvd::Handle&) { return absl::OkStatus(); }
 
   std::string name_;
@@ -249,6 +275,18 @@ class AllgatherKernel : public CollectiveKernel {
   }
 };
 
+class GroupedAllgatherKernel : public CollectiveKernel {
+ public:
+  using CollectiveKernel::CollectiveKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    run_grouped_into_new_outputs(
+        ctx, std::move(done),
+        [this](const std::vector<std::string>& names, const std::vector<hvd::TensorView>& v) {
+          return hvd::grouped_allgather_async(names, v, set_);
+        });
+  }
+};
+
 class BroadcastKernel : public CollectiveKernel {
  public:
   explicit BroadcastKernel(OpKernelConstruction* ctx) : CollectiveKernel(ctx) {
@@ -313,6 +351,18 @@ class ReducescatterKernel : public ReducingKernel<hvd::ReducescatterOptions> {
   }
 };
 
+class GroupedReducescatterKernel : public ReducingKernel<hvd::ReducescatterOptions> {
+ public:
+  using ReducingKernel::ReducingKernel;
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    run_grouped_into_new_outputs(
+        ctx, std::move(done),
+        [this](const std::vector<std::string>& names, const std::vector<hvd::TensorView>& v) {
+          return hvd::grouped_reducescatter_async(names, v, options_);
+        });
+  }
+};
+
 // ---- join and barrier: blocking calls, run off the executor's threads ---------------------
 class JoinKernel : public AsyncOpKernel {
  public:
@@ -361,9 +411,11 @@ class BarrierKernel : public AsyncOpKernel {
 HVD_TF_CPU_KERNEL("HorovodCppAllreduce", AllreduceKernel);
 HVD_TF_CPU_KERNEL("HorovodCppGroupedAllreduce", GroupedAllreduceKernel);
 HVD_TF_CPU_KERNEL("HorovodCppAllgather", AllgatherKernel);
+HVD_TF_CPU_KERNEL("HorovodCppGroupedAllgather", GroupedAllgatherKernel);
 HVD_TF_CPU_KERNEL("HorovodCppBroadcast", BroadcastKernel);
 HVD_TF_CPU_KERNEL("HorovodCppAlltoall", AlltoallKernel);
 HVD_TF_CPU_KERNEL("HorovodCppReducescatter", ReducescatterKernel);
+HVD_TF_CPU_KERNEL("HorovodCppGroupedReducescatter", GroupedReducescatterKernel);
 HVD_TF_CPU_KERNEL("HorovodCppJoin", JoinKernel);
 HVD_TF_CPU_KERNEL("HorovodCppBarrier", BarrierKernel);
 

@@ -16,6 +16,10 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 #define HVD_TF_TYPES "{uint8, int8, int16, int32, int64, half, bfloat16, float, double, bool}"
+// The collectives that only move data take uint16 too, as Horovod's do (kernels.cc moves it as
+// int16, the same bytes).
+#define HVD_TF_MOVE_TYPES \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
 
 // Output 0 has the shape of input 0 except for an unknown first dimension.
 absl::Status first_dim_unknown(InferenceContext* c) {
@@ -29,6 +33,22 @@ absl::Status first_dim_unknown(InferenceContext* c) {
   ShapeHandle out;
   TF_RETURN_IF_ERROR(c->ReplaceDim(at_least_1, 0, c->UnknownDim(), &out));
   c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+// Every output i has the shape of input i except for an unknown first dimension.
+absl::Status first_dims_unknown(InferenceContext* c) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    ShapeHandle in = c->input(i);
+    if (!c->RankKnown(in)) {
+      c->set_output(i, c->UnknownShape());
+      continue;
+    }
+    ShapeHandle at_least_1, out;
+    TF_RETURN_IF_ERROR(c->WithRankAtLeast(in, 1, &at_least_1));
+    TF_RETURN_IF_ERROR(c->ReplaceDim(at_least_1, 0, c->UnknownDim(), &out));
+    c->set_output(i, out);
+  }
   return absl::OkStatus();
 }
 
@@ -60,15 +80,24 @@ REGISTER_OP("HorovodCppGroupedAllreduce")
     .Doc("Reduces a list of tensors as one unit (negotiated and fused together).");
 
 REGISTER_OP("HorovodCppAllgather")
-    .Attr("T: " HVD_TF_TYPES)
+    .Attr("T: " HVD_TF_MOVE_TYPES)
     HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
     .Output("output: T")
     .SetShapeFn(first_dim_unknown)
     .Doc("Concatenates every rank's `tensor` along dimension 0 (which may differ by rank).");
 
+REGISTER_OP("HorovodCppGroupedAllgather")
+    .Attr("T: " HVD_TF_MOVE_TYPES)
+    .Attr("N: int >= 1")
+    HVD_TF_NAMING_ATTRS
+    .Input("tensors: N * T")
+    .Output("outputs: N * T")
+    .SetShapeFn(first_dims_unknown)
+    .Doc("Allgathers a list of tensors as one unit (negotiated and fused together).");
+
 REGISTER_OP("HorovodCppBroadcast")
-    .Attr("T: " HVD_TF_TYPES)
+    .Attr("T: " HVD_TF_MOVE_TYPES)
     .Attr("root_rank: int")
     HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
@@ -77,7 +106,7 @@ REGISTER_OP("HorovodCppBroadcast")
     .Doc("Every rank receives `tensor` as it is on `root_rank` (a global rank).");
 
 REGISTER_OP("HorovodCppAlltoall")
-    .Attr("T: " HVD_TF_TYPES)
+    .Attr("T: " HVD_TF_MOVE_TYPES)
     .Attr("Tsplits: {int32, int64} = DT_INT32")
     HVD_TF_NAMING_ATTRS
     .Input("tensor: T")
@@ -101,6 +130,16 @@ REGISTER_OP("HorovodCppReducescatter")
     .SetShapeFn(first_dim_unknown)
     .Doc("Reduces `tensor` across ranks (Sum or Average); each rank gets its slice of "
          "dimension 0 (the first dim0 % size ranks one row more).");
+
+REGISTER_OP("HorovodCppGroupedReducescatter")
+    .Attr("T: " HVD_TF_TYPES)
+    .Attr("N: int >= 1")
+    HVD_TF_REDUCE_ATTRS
+    HVD_TF_NAMING_ATTRS
+    .Input("tensors: N * T")
+    .Output("outputs: N * T")
+    .SetShapeFn(first_dims_unknown)
+    .Doc("Reduce-scatters a list of tensors as one unit (negotiated and fused together).");
 
 REGISTER_OP("HorovodCppJoin")
     .Output("last_joined_rank: int32")

@@ -3,7 +3,7 @@
 Every rank computes loss_r = sum(w_r * op(x_r)) with seeded w_r; the expected gradient of
 x_r follows from every rank's w (Horovod's conventions: allreduce -> the same allreduce,
 allgather -> averaged then sliced, broadcast -> averaged on the root and zero elsewhere,
-alltoall -> alltoall back, reducescatter -> allgather)."""
+alltoall -> alltoall back, reducescatter -> allgather, times the set's size for Sum)."""
 
 import numpy as np
 import pytest
@@ -97,7 +97,7 @@ def test_reducescatter_gradient(mode, op):
     ws = [rank_data(d, (counts[d], 2), np.float64, 30) for d in range(n)]
     x = tf.constant(rank_data(r, (rows, 2), np.float64, 31))
     got = _grad(mode, lambda t: hvd.reducescatter(t, op=getattr(hvd, op)), x, tf.constant(ws[r]))
-    want = np.concatenate(ws, 0) / (n if op == "Average" else 1)
+    want = np.concatenate(ws, 0) * (n if op == "Sum" else 1)
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
 
 

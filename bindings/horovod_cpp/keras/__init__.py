@@ -2,5 +2,6 @@
 backend)."""
 
 from ..tensorflow.keras import *  # noqa: F401,F403
-from ..tensorflow.keras import (DistributedOptimizer, SyncBatchNormalization,
+from ..tensorflow.keras import (DistributedOptimizer, PartialDistributedOptimizer,
+                                SyncBatchNormalization,
                                 broadcast_global_variables, callbacks, load_model)

@@ -7,25 +7,27 @@ from .. import _objects
 from .._basics import (Adasum, Average, Sum, global_process_set,
                        handle_average_backwards_compatibility, rank)
 from .compression import Compression
-from .mpi_ops import (_allreduce, _executing_eagerly, _grouped_allreduce, _normalize_name,
-                      _reducescatter, _set_size_of, allgather, broadcast)
+from .mpi_ops import (_allreduce, _executing_eagerly, _grouped_allreduce,
+                      _grouped_reducescatter, _normalize_name, _reducescatter, _set_size_of,
+                      allgather, broadcast)
 
 
 def _sparse_allreduce(slices, op, prescale_factor, postscale_factor, name, process_set):
     """IndexedSlices: every rank's rows and indices gathered (a sum of the sparse gradients
-    once densified); divided by the set's size for Average."""
+    once densified); for Average the values divided by the set's size as Horovod does (a true
+    division, so integer values become floating point)."""
     if op not in (Sum, Average):
         raise NotImplementedError("horovod_cpp: IndexedSlices support op=Sum and op=Average "
                                   "only (or pass sparse_as_dense=True)")
+    if float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
+        raise NotImplementedError("horovod_cpp: prescale_factor and postscale_factor are not "
+                                  "supported with tf.IndexedSlices (as in Horovod)")
     vname = None if name is None else f"{name}.values"
     iname = None if name is None else f"{name}.indices"
     values = allgather(slices.values, name=vname, process_set=process_set)
     indices = allgather(slices.indices, name=iname, process_set=process_set)
-    scale = float(prescale_factor) * float(postscale_factor)
     if op == Average:
-        scale /= _set_size_of(process_set)
-    if scale != 1.0:
-        values = values * tf.constant(scale, dtype=values.dtype)
+        values = tf.math.truediv(values, tf.cast(_set_size_of(process_set), values.dtype))
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -92,6 +94,40 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     out = _reducescatter(compressed, name=name, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, process_set=process_set)
     return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, device_dense="", compression=Compression.none, op=Average,
+                          name=None, process_set=global_process_set, ignore_name_scope=False,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce-scatters a list of tensors negotiated and fused as one unit (one group per
+    dtype); returns this rank's slice of each, in input order."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    pairs = [compression.compress(t) for t in tensors]
+    out = _grouped_reducescatter([c for c, _ in pairs], name=name, op=op,
+                                 prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, process_set=process_set)
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(out, pairs)]
+
+
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """In place: assigns every variable of `variables` (one or a list) its value on root_rank
+    (a global rank); returns the variables' new values (a list when given a list)."""
+    single = not isinstance(variables, (list, tuple))
+    variables = [variables] if single else list(variables)
+    for v in variables:
+        if not isinstance(v, tf.Variable) and not hasattr(v, "assign"):
+            raise TypeError("horovod_cpp.broadcast_ updates variables in place; got "
+                            f"{type(v).__name__} (use broadcast() for tensors)")
+    out = []
+    for i, v in enumerate(variables):
+        sub = None if name is None else (name if single else f"{name}.{i}")
+        if sub is None and not _executing_eagerly():
+            sub = "HorovodBroadcastInplace_%s" % _normalize_name(v.name)
+        value = broadcast(tf.convert_to_tensor(v), root_rank, name=sub, process_set=process_set)
+        out.append(v.assign(value))
+    return tf.convert_to_tensor(out[0]) if single else [tf.convert_to_tensor(o) for o in out]
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):

@@ -5,7 +5,7 @@ GradientReducer, which hands a list of gradients to the engine."""
 
 import tensorflow as tf
 
-from .._basics import Average, global_process_set
+from .._basics import Average, global_process_set, size
 from .._gradients import (GradientEngine, ReduceOptions, check_groups, fold_num_groups,
                           plan_groups)
 from .compression import Compression
@@ -55,9 +55,22 @@ class GradientReducer:
                                      compression=compression, sparse_as_dense=sparse_as_dense,
                                      groups=groups, process_set=process_set)
 
+    def included(self):
+        """Whether this rank belongs to the process set (outside it gradients stay local, as in
+        Horovod)."""
+        ps = self.options.process_set
+        return ps is None or ps.process_set_id == 0 or bool(ps.included())
+
+    def set_size(self):
+        ps = self.options.process_set
+        return size() if ps is None or ps.process_set_id == 0 else ps.size()
+
     def reduce(self, grads, variables=None):
-        """The reduced gradients, in order (variables: needed when groups lists them)."""
+        """The reduced gradients, in order (variables: needed when groups lists them); on a
+        rank outside the process set, the gradients as they are."""
         out = list(grads)
+        if not self.included():
+            return out
         present = [i for i, g in enumerate(out) if g is not None]
         groups = self.options.groups
         if isinstance(groups, list) and variables is None:
@@ -69,4 +82,38 @@ class GradientReducer:
                            else tf.convert_to_tensor(out[i]) for i in present]
         for i, r in zip(present, engine.reduce(dense_or_sparse)):
             out[i] = r
+        return out
+
+
+class LocalVariables:
+    """The variables whose gradients stay local (register_local_source/register_local_var),
+    keyed by identity (Keras 3 variables have no .ref()), and the reduction of a gradient list
+    around them: local ones divided by the set's size when scale_local_gradients is True."""
+
+    def __init__(self, reducer, scale_local_gradients):
+        self._reducer = reducer
+        self._scale = scale_local_gradients
+        self._vars = {}  # id -> the variable, held so that its id stays its own
+
+    def register(self, var):
+        self._vars[id(var)] = var
+
+    def is_local(self, var):
+        return id(var) in self._vars
+
+    def reduce(self, grads, variables):
+        """The gradients of `variables`: the non-local ones reduced, the local ones kept."""
+        out = list(grads)
+        if not self._reducer.included():
+            return out
+        local = [self.is_local(v) for v in variables]
+        idx = [i for i, is_local in enumerate(local) if not is_local]
+        reduced = self._reducer.reduce([out[i] for i in idx], [variables[i] for i in idx])
+        for i, r in zip(idx, reduced):
+            out[i] = r
+        if self._scale:
+            n = self._reducer.set_size()
+            for i, is_local in enumerate(local):
+                if is_local and out[i] is not None:
+                    out[i] = out[i] / n
         return out

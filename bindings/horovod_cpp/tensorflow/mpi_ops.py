@@ -44,6 +44,18 @@ def _naming(kind, tensor, name):
     return _normalize_name(str(name)), "", True
 
 
+def _checked_set_id(process_set):
+    """The core's id of `process_set`; ValueError (as in Horovod) for a set whose id is not
+    registered, before any op is built."""
+    from .._basics import _registry
+    set_id = _set_id(process_set)
+    if set_id not in _registry:
+        raise ValueError(f"horovod_cpp: process set id {set_id} does not exist (registered ids: "
+                         f"{sorted(_registry)}); register it with add_process_set() or "
+                         "init(process_sets=...)")
+    return set_id
+
+
 def _process_set_of(process_set_id):
     """A ProcessSet stand-in carrying only an id (gradients know the id, not the object)."""
     from .._basics import _registry
@@ -66,7 +78,7 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     return MPI_LIB.horovod_cpp_allreduce(
         tensor, reduce_op=_op_value(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=tname, name_from_node=from_node,
-        process_set_id=_set_id(process_set), name=node)
+        process_set_id=_checked_set_id(process_set), name=node)
 
 
 @_tf_ops.RegisterGradient("HorovodCppAllreduce")
@@ -82,29 +94,42 @@ def _allreduce_grad(op, grad):
                       process_set=_process_set_of(op.get_attr("process_set_id")))
 
 
-def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=global_process_set):
-    """One grouped op per dtype (an op's inputs share one dtype); results in input order."""
+def _grouped_by_dtype(kind, tensors, name, call):
+    """Runs call(group, node, tensor_name, name_from_node) once per dtype (an op's inputs share
+    one dtype) and returns the outputs in input order."""
     tensors = list(tensors)
     by_dtype = {}
     for i, t in enumerate(tensors):
         by_dtype.setdefault(t.dtype, []).append(i)
     out = [None] * len(tensors)
-    for k, (dtype, idx) in enumerate(by_dtype.items()):
+    for dtype, idx in by_dtype.items():
         group = [tensors[i] for i in idx]
         if _executing_eagerly():
             node, tname, from_node = None, "" if name is None else f"{name}.{dtype.name}", False
         else:
-            base = name if name is not None else "HorovodGroupedAllreduce_%s_%s" % (
-                group[0].name, group[-1].name)
+            base = name if name is not None else "HorovodGrouped%s_%s_%s" % (
+                kind, group[0].name, group[-1].name)
             node, tname, from_node = _normalize_name(str(base)), "", True
-        res = MPI_LIB.horovod_cpp_grouped_allreduce(
-            group, reduce_op=_op_value(op), prescale_factor=float(prescale_factor),
-            postscale_factor=float(postscale_factor), tensor_name=tname,
-            name_from_node=from_node, process_set_id=_set_id(process_set), name=node)
-        for i, r in zip(idx, res):
+        for i, r in zip(idx, call(group, node, tname, from_node)):
             out[i] = r
     return out
+
+
+def _grouped_reducing(kind, raw_op, reduce_op, tensors, name, prescale_factor,
+                      postscale_factor, process_set):
+    """A grouped reducing op (`raw_op`, reduce_op the core's value) once per dtype."""
+    set_id = _checked_set_id(process_set)
+    return _grouped_by_dtype(kind, tensors, name, lambda group, node, tname, from_node: raw_op(
+        group, reduce_op=reduce_op, prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), tensor_name=tname, name_from_node=from_node,
+        process_set_id=set_id, name=node))
+
+
+def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    """One grouped op per dtype; results in input order."""
+    return _grouped_reducing("Allreduce", MPI_LIB.horovod_cpp_grouped_allreduce, _op_value(op),
+                             tensors, name, prescale_factor, postscale_factor, process_set)
 
 
 @_tf_ops.RegisterGradient("HorovodCppGroupedAllreduce")
@@ -125,7 +150,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     tensor = tf.convert_to_tensor(tensor)
     node, tname, from_node = _naming("Allgather", tensor, name)
     return MPI_LIB.horovod_cpp_allgather(tensor, tensor_name=tname, name_from_node=from_node,
-                                         process_set_id=_set_id(process_set), name=node)
+                                         process_set_id=_checked_set_id(process_set), name=node)
 
 
 @_tf_ops.RegisterGradient("HorovodCppAllgather")
@@ -138,6 +163,32 @@ def _allgather_grad(op, grad):
     return tf.split(grad, num_or_size_splits=sizes, axis=0)[_set_rank_of(ps)]
 
 
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
+    """Allgathers a list of tensors negotiated and fused as one unit (one group per dtype);
+    returns the gathered tensors in input order."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    set_id = _checked_set_id(process_set)
+    return _grouped_by_dtype("Allgather", tensors, name, lambda group, node, tname, from_node:
+                             MPI_LIB.horovod_cpp_grouped_allgather(
+                                 group, tensor_name=tname, name_from_node=from_node,
+                                 process_set_id=set_id, name=node))
+
+
+@_tf_ops.RegisterGradient("HorovodCppGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
+    """Each tensor as in allgather's gradient, the collectives grouped."""
+    ps = _process_set_of(op.get_attr("process_set_id"))
+    grads = _grouped_allreduce(list(grads), op=Average, process_set=ps)
+    dims = [tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1]) for x in op.inputs]
+    n, r = _set_size_of(ps), _set_rank_of(ps)
+    sizes = grouped_allgather(dims, process_set=ps)
+    return [tf.split(g, num_or_size_splits=tf.reshape(s, [n]), axis=0)[r]
+            for g, s in zip(grads, sizes)]
+
+
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
     """`tensor` as it is on root_rank (a global rank), on every rank of the set."""
@@ -145,7 +196,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     node, tname, from_node = _naming("Broadcast", tensor, name)
     return MPI_LIB.horovod_cpp_broadcast(tensor, root_rank=int(root_rank), tensor_name=tname,
                                          name_from_node=from_node,
-                                         process_set_id=_set_id(process_set), name=node)
+                                         process_set_id=_checked_set_id(process_set), name=node)
 
 
 @_tf_ops.RegisterGradient("HorovodCppBroadcast")
@@ -168,7 +219,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     node, tname, from_node = _naming("Alltoall", tensor, name)
     output, rsplits = MPI_LIB.horovod_cpp_alltoall(
         tensor, splits_, tensor_name=tname, name_from_node=from_node,
-        process_set_id=_set_id(process_set), name=node)
+        process_set_id=_checked_set_id(process_set), name=node)
     return (output, rsplits) if splits is not None else output
 
 
@@ -186,19 +237,39 @@ def _reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale
     return MPI_LIB.horovod_cpp_reducescatter(
         tensor, reduce_op=_reducescatter_op(op), prescale_factor=float(prescale_factor),
         postscale_factor=float(postscale_factor), tensor_name=tname, name_from_node=from_node,
-        process_set_id=_set_id(process_set), name=node)
+        process_set_id=_checked_set_id(process_set), name=node)
+
+
+def _reducescatter_grad_scale(op):
+    """As Horovod: the allgathered gradient times the set's size for Sum, unscaled for Average
+    (then times the scale factors)."""
+    ps = _process_set_of(op.get_attr("process_set_id"))
+    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if op.get_attr("reduce_op") == Sum:
+        scale *= _set_size_of(ps)
+    return ps, scale
 
 
 @_tf_ops.RegisterGradient("HorovodCppReducescatter")
 def _reducescatter_grad(op, grad):
-    """Every rank's input contributed to every slice: allgather the slices' gradients (divided
-    by the set's size for Average; times the scale factors)."""
-    ps = _process_set_of(op.get_attr("process_set_id"))
+    ps, scale = _reducescatter_grad_scale(op)
     g = allgather(grad, process_set=ps)
-    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if op.get_attr("reduce_op") == Average:
-        scale /= _set_size_of(ps)
     return g if scale == 1.0 else g * tf.constant(scale, dtype=g.dtype)
+
+
+def _grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
+                           postscale_factor=1.0, process_set=global_process_set):
+    """One grouped op per dtype; results in input order."""
+    return _grouped_reducing("Reducescatter", MPI_LIB.horovod_cpp_grouped_reducescatter,
+                             _reducescatter_op(op), tensors, name, prescale_factor,
+                             postscale_factor, process_set)
+
+
+@_tf_ops.RegisterGradient("HorovodCppGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    ps, scale = _reducescatter_grad_scale(op)
+    gathered = grouped_allgather(list(grads), process_set=ps)
+    return [g if scale == 1.0 else g * tf.constant(scale, dtype=g.dtype) for g in gathered]
 
 
 def join():
@@ -208,4 +279,4 @@ def join():
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the set has called barrier()."""
-    return MPI_LIB.horovod_cpp_barrier(process_set_id=_set_id(process_set))
+    return MPI_LIB.horovod_cpp_barrier(process_set_id=_checked_set_id(process_set))

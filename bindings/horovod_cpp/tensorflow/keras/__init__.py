@@ -12,11 +12,12 @@ from ..._basics import (Adasum, Average, HorovodInternalError, Max, Min, Process
                         mpi_threads_supported, nccl_built, rank, remove_process_set, shutdown,
                         size, start_timeline, stop_timeline)
 from .. import (allgather, allgather_object, allreduce, alltoall, barrier, broadcast,
-                broadcast_object, grouped_allreduce, join, reducescatter)
+                broadcast_object, grouped_allgather, grouped_allreduce, grouped_reducescatter,
+                join, reducescatter)
 from ..compression import Compression
 from ..functions import broadcast_variables
 from . import callbacks
-from .optimizer import DistributedOptimizer, _wrap_in_place
+from .optimizer import DistributedOptimizer, PartialDistributedOptimizer, _wrap_in_place
 from ..gradients import GradientReducer
 from ..sync_batch_norm import SyncBatchNormalization
 

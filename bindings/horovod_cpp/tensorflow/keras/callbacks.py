@@ -18,26 +18,37 @@ def _optimizer_variables(optimizer):
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcasts the model's weights (at the start of training, when the model is built) and
     the optimizer's state (after the first batch, once it exists) from root_rank, so every rank
-    trains from the same state."""
+    trains from the same state. `local_variables` (a variable or a list) are left out: each
+    rank keeps its own."""
 
-    def __init__(self, root_rank, device="", process_set=global_process_set):
+    def __init__(self, root_rank, device="", local_variables=None,
+                 process_set=global_process_set):
         super().__init__()
         self.root_rank = root_rank
         self.device = device
         self.process_set = process_set
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple)):
+            local_variables = [local_variables]
+        # Keyed by identity: Keras 3 variables have no .ref().
+        self._local_ids = {id(v) for v in local_variables}
+        self._local_variables = list(local_variables)
         self.broadcast_done = False
+
+    def _broadcast(self, variables):
+        broadcast_variables([v for v in variables if id(v) not in self._local_ids],
+                            self.root_rank, process_set=self.process_set)
 
     def on_train_begin(self, logs=None):
         if self.model.built:
-            broadcast_variables(self.model.variables, self.root_rank,
-                                process_set=self.process_set)
+            self._broadcast(self.model.variables)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
-        broadcast_variables(self.model.variables, self.root_rank, process_set=self.process_set)
-        broadcast_variables(_optimizer_variables(self.model.optimizer), self.root_rank,
-                            process_set=self.process_set)
+        self._broadcast(self.model.variables)
+        self._broadcast(_optimizer_variables(self.model.optimizer))
         self.broadcast_done = True
 
 
