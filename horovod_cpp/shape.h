@@ -18,7 +18,7 @@ namespace hvd {
 /// A vector of int64_t (the subset of std::vector's interface that shapes need, and implicit
 /// conversions from and to std::vector<int64_t>) that keeps up to kInline extents in place.
 /// Every tensor handed to a collective carries a shape, and a heap allocation per shape was
-/// the largest single cost of submitting a tiny tensor (docs/benchmarks.md, round
+/// the largest single cost of submitting a tiny tensor (docs/benchmarks-history.md, round
 /// fourteen): views of tensors of up to four dimensions now copy and move without one.
 class Shape {
  public:

@@ -3,7 +3,7 @@
 // Every asynchronous collective allocates its handle's state, and a step of a thousand tiny
 // tensors keeps a thousand of them alive at once. glibc keeps only seven freed blocks of a
 // size per thread at hand (its tcache); the rest go through its bins, about 250 instructions
-// per allocation and free together (callgrind, docs/benchmarks.md, workload d). A block
+// per allocation and free together (callgrind, docs/benchmarks-history.md, workload d). A block
 // given back here waits in the giving thread's own list for the next allocation of its
 // size: a few instructions, no lock.
 //

@@ -59,7 +59,7 @@ struct Config {
   /// it, and less than the second are read straight from the peer's memory (process_vm_readv,
   /// one copy) when every rank can; the others go through the shared segment (two copies, in
   /// cache, in rounds that move through the slots like a ring). Since the rounds do, the two
-  /// copies beat process_vm_readv at every size on the benchmark machine (benchmarks.md,
+  /// copies beat process_vm_readv at every size on the benchmark machine (benchmarks-history.md,
   /// round eleven): single copies are for machines where they do not.
   int64_t shm_single_copy_bytes = 0;
   int64_t shm_single_copy_max_bytes = 256 * 1024;

@@ -3,7 +3,7 @@
 // The runtime looks every submitted tensor's name up several times (the table of pending
 // tensors, the response cache). With a thousand tiny tensors per step, std::unordered_map's
 // scattered nodes (a likely cache miss per lookup, a node per insert) and its modulo by a
-// prime cost about a tenth of a tensor's time (docs/benchmarks.md, workload d). This index
+// prime cost about a tenth of a tensor's time (docs/benchmarks-history.md, workload d). This index
 // keeps its entries in one array, probed linearly from the name's hash, comparing the hash
 // before the name; an erase shifts the entries after it back (no tombstones), so probes stay
 // short however many names come and go.

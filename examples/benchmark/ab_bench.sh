@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Alternated A/B runs of hvd_bench against two builds of libhorovod_cpp (docs/benchmarks.md:
+# Alternated A/B runs of hvd_bench against two builds of libhorovod_cpp (docs/benchmarks-history.md:
 # "base" and "new" columns): the same hvd_bench binary runs with LD_LIBRARY_PATH naming each
 # build's library folder in turn, RUNS times each (base, new, base, new, ...), one JSON per run.
 # Alternating run by run spreads the machine's slow and fast windows over both builds.

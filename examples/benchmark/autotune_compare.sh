@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Autotuned against fixed defaults on hvd_bench's workloads (docs/benchmarks.md#autotune).
+# Autotuned against fixed defaults on hvd_bench's workloads (docs/benchmarks-history.md#autotune).
 # Runs hvd_bench RUNS times in each mode, alternating (default, autotune, default, ...), with
 # enough warm-up steps for the autotuner to finish before the timed steps; prints each run's
 # medians of our variants and the raw-MPI baselines of the same run, and writes the autotune

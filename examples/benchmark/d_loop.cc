@@ -3,7 +3,7 @@
 //
 // hvd_bench times every variant from a barrier and reports the slowest rank; this loop has
 // no barrier between steps, like a training loop, so one rank's submission may overlap the
-// other's negotiation. Both are in docs/benchmarks.md (round thirteen).
+// other's negotiation. Both are in docs/benchmarks-history.md (round thirteen).
 //
 //   mpirun -np 2 --bind-to none build/examples/benchmark/hvd_d_loop [steps] [tensors] [floats]
 //

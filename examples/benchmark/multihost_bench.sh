@@ -11,7 +11,7 @@
 # BENCH_ARGS (default below: a short sweep, and workloads a, c, d with 100 tensors in d),
 # SUBNET_PREFIX (default 10.78.0; only <prefix>.1, .11, .12 are used), TIMEOUT_S (per run,
 # default 900), MPI_ARGS (more mpirun arguments, e.g. "-x HOROVOD_LOG_LEVEL=info").
-# Figures and what they measure: docs/benchmarks.md, "Across hosts".
+# Figures and what they measure: docs/benchmarks-history.md, "Across hosts".
 # The hosts come from test/multihost/hosts.sh under names of their own (bridge hvdmbbr0,
 # namespaces hvdmb_mb1/2, hosts mb1/mb2), so that the multi-host test (hvdmhbr0, h1/h2,
 # 10.77.0) can run beside it. Everything made here is removed on exit, pass or fail.

@@ -250,8 +250,9 @@ void NcclTransport::finalizer_loop() {
     if (!done) {
       // Poll without sleeping for the first kSpinFor of a batch, then back off: a 50 us sleep
       // (which overshoots) was a large share of a GPU collective's time. A/B on one H100, two
-      // alternated runs each (docs/benchmarks.md): 64 MiB allreduce 2.15-2.18x raw NCCL with
-      // the sleep, 1.36-1.41x with the spin; 1000 x 256 floats 1.90-2.14 ms vs 1.64-2.13 ms.
+      // alternated runs each (docs/benchmarks-history.md): 64 MiB allreduce 2.15-2.18x raw
+      // NCCL with the sleep, 1.36-1.41x with the spin; 1000 x 256 floats 1.90-2.14 ms vs
+      // 1.64-2.13 ms.
       if (Clock::now() - p.start < kSpinFor) {
         std::this_thread::yield();
       } else {

@@ -6,7 +6,7 @@
 // owner's buffer (process_vm_readv). Which is faster depends on the machine and, on a VM, on
 // the moment: on the benchmark VM two copies run at 0.4-0.9x raw MPI most of the time and at
 // 1.5-5.5x for stretches of seconds to minutes, while single copies stay at 0.8-1.3x
-// throughout (docs/benchmarks.md, round fifteen). A fixed choice loses either way.
+// throughout (docs/benchmarks-history.md, round fifteen). A fixed choice loses either way.
 //
 // So every rank times the calls of each class (collective x size band): the way in use on
 // every call, the other way on calls 1-3 and every kExplorePeriod-th call. Every rank publishes these

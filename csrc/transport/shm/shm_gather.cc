@@ -10,9 +10,9 @@
 // That is two copies per byte, where a read straight from the peer's memory is one; but a
 // piece stays in cache between the two and a round costs two flag writes, while
 // process_vm_readv (Open MPI's CMA) pins and copies the peer's pages one by one: on the
-// benchmark machine about 8 GB/s, so two in-cache copies beat it (docs/benchmarks.md, rounds
-// nine and eleven; at 32-128 KiB only since rounds move through the slots like a ring,
-// next_round()). Blocks in the single-copy window (off by default; set at setup when the
+// benchmark machine about 8 GB/s, so two in-cache copies beat it (docs/benchmarks-history.md,
+// rounds nine and eleven; at 32-128 KiB only since rounds move through the slots like a
+// ring, next_round()). Blocks in the single-copy window (off by default; set at setup when the
 // probe found process_vm_readv usable on every rank) go in one round instead, and so do
 // the larger calls for which the measured paths (gather_paths.h, run_way()) chose one copy:
 // every source publishes its buffer's address, the readers copy from it with
