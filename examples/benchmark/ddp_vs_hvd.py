@@ -11,9 +11,10 @@ zero_grad, loss = sum over the parameters of (p * c).sum(), backward, SGD step. 
   small     1000 parameters of 256 floats (the shape of models with many small tensors);
   resnet50  ResNet-50's 161 parameter shapes (resnet50_shapes.txt, 97.5 MiB).
 DDP is torch.distributed with gloo (its defaults: 25 MiB buckets) over loopback; its rendezvous
-port is chosen by rank 0 and sent to the others through horovod_cpp. Each variant is timed
-over --steps steps after --warmup steps; a step's time is the slowest rank's, and the median
-is printed with exchange = step - floor and the ratio of the two exchanges.
+port is chosen by rank 0 and sent to the others through horovod_cpp. The variants take turns,
+one step each, for --steps turns after --warmup; a step's time is the slowest rank's. Printed:
+each variant's median step, each exchange (the median over turns of the step's time minus the
+floor's in the same turn) and the ratio of the two exchanges.
 
 --smoke runs a few steps of each variant and checks that every rank's parameters are equal
 to each other and to the SGD result computed here independently: c is chosen so that every
@@ -80,9 +81,10 @@ class Model(torch.nn.Module):
         self.ps = torch.nn.ParameterList(
             [torch.nn.Parameter(initial(s, i)) for i, s in enumerate(shapes)])
         self.cs = [coefficient(s, i, rank) for i, s in enumerate(shapes)]
+        self.pairs = list(zip(self.ps, self.cs))  # ParameterList's indexing is slow Python
 
     def forward(self):
-        return sum((p * c).sum() for p, c in zip(self.ps, self.cs))
+        return sum((p * c).sum() for p, c in self.pairs)
 
 
 def make_step(kind, shapes, rank):
@@ -105,19 +107,23 @@ def make_step(kind, shapes, rank):
     return model, step
 
 
-def timed(step, steps, warmup, tag):
-    """Median over steps of the slowest rank's time per step, in seconds."""
+def timed(steps_of, steps, warmup, tag):
+    """{variant: the slowest rank's time of each step, in seconds}. The variants take turns
+    step by step, so that a change in the machine's load falls on all of them alike."""
     for _ in range(warmup):
-        step()
+        for step in steps_of.values():
+            step()
     hvd.barrier()
-    local = []
+    local = {kind: [] for kind in steps_of}
     for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        local.append(time.perf_counter() - t0)
-    every = hvd.allgather(torch.tensor(local, dtype=torch.float64).view(1, -1),
-                          name=f"ddp_vs_hvd.times.{tag}")
-    return statistics.median(every.max(dim=0).values.tolist())
+        for kind, step in steps_of.items():
+            t0 = time.perf_counter()
+            step()
+            local[kind].append(time.perf_counter() - t0)
+    times = torch.tensor([local[k] for k in steps_of], dtype=torch.float64)
+    every = hvd.allgather(times.unsqueeze(0), name=f"ddp_vs_hvd.times.{tag}")
+    slowest = every.max(dim=0).values  # [variants, steps]
+    return {kind: slowest[i].tolist() for i, kind in enumerate(steps_of)}
 
 
 def check(model, shapes, steps, tag):
@@ -135,6 +141,16 @@ def check(model, shapes, steps, tag):
     lo = hvd.allreduce(flat, op=hvd.Min, name=f"ddp_vs_hvd.min.{tag}")
     wrong += int((hi != lo).sum())
     return wrong
+
+
+def exchange_columns(times):
+    """The exchanges of DDP and ours (the median over steps of the step's time minus the
+    floor's in the same turn, ms) and their ratio, where the three were run."""
+    if not {"floor", "ddp", "hvd"} <= times.keys():
+        return ""
+    ddp, ours = (statistics.median(a - f for a, f in zip(times[k], times["floor"])) * 1e3
+                 for k in ("ddp", "hvd"))
+    return f" {ddp:10.3f} {ours:10.3f} {ours / ddp if ddp > 0 else float('nan'):8.2f}x"
 
 
 def free_port():
@@ -168,18 +184,18 @@ def main():
     variants = args.variants.split(",")
     if me == 0:
         print(f"# {n} ranks | torch {torch.__version__} | median of the slowest rank per step "
-              f"over {args.steps} steps after {args.warmup} | times in ms", flush=True)
+              f"over {args.steps} steps after {args.warmup}, the variants taking turns | "
+              f"exchange: median of (step - floor's step of the same turn) | ms", flush=True)
         if not args.smoke:
             print(f"{'shapes':<10} " + " ".join(f"{v:>9}" for v in variants) +
                   "   exch ddp   exch hvd  hvd/ddp", flush=True)
     failures = 0
     for which in args.shapes.split(","):
         shapes = shape_set(which, here)
-        figures = {}
-        for kind in variants:
-            model, step = make_step(kind, shapes, me)
-            tag = f"{which}.{kind}"
-            if args.smoke:
+        if args.smoke:
+            for kind in variants:
+                model, step = make_step(kind, shapes, me)
+                tag = f"{which}.{kind}"
                 for _ in range(args.steps):
                     step()
                 wrong = check(model, shapes, args.steps, tag)
@@ -187,16 +203,14 @@ def main():
                 if me == 0:
                     print(f"{tag:<16} {'ok' if wrong == 0 else f'{wrong} wrong values'}",
                           flush=True)
-            else:
-                figures[kind] = timed(step, args.steps, args.warmup, tag) * 1e3
-            del model, step
-        if not args.smoke and me == 0:
-            floor = figures.get("floor", 0.0)
-            line = f"{which:<10} " + " ".join(f"{figures[v]:9.3f}" for v in variants)
-            if "ddp" in figures and "hvd" in figures:
-                ed, eh = figures["ddp"] - floor, figures["hvd"] - floor
-                line += f" {ed:10.3f} {eh:10.3f} {eh / ed if ed > 0 else float('nan'):8.2f}x"
-            print(line, flush=True)
+            continue
+        steps_of = {kind: make_step(kind, shapes, me)[1] for kind in variants}
+        times = timed(steps_of, args.steps, args.warmup, which)
+        del steps_of
+        if me == 0:
+            print(f"{which:<10} " + " ".join(f"{statistics.median(times[v]) * 1e3:9.3f}"
+                                             for v in variants) + exchange_columns(times),
+                  flush=True)
     failures = hvd.allreduce(torch.tensor([failures]), op=hvd.Sum, name="ddp_vs_hvd.verdict")
     dist.destroy_process_group()
     hvd.shutdown()
