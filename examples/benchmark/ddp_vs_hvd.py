@@ -32,18 +32,9 @@ import torch
 import torch.distributed as dist
 
 import horovod_cpp.torch as hvd
+from hvd_bench import load_shapes  # this folder's resnet50_shapes.txt reader
 
 LR = 0.25
-
-
-def load_shapes(path):
-    shapes = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#"):
-                shapes.append(tuple(int(x) for x in line.split()))
-    return shapes
 
 
 def shape_set(which, here):
