@@ -28,6 +28,8 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   "$VENV/bin/python" -m pip install -q . || fail "pip install (.venv)"
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh 2>&1 | tee "$SUMMARY.pytest" \
     || fail "pytest"
+  # DDP peer benchmark, correctness only: both exchanges give the exact averaged-SGD parameters.
+  timeout --kill-after=30 600 mpirun --oversubscribe --allow-run-as-root -np 2 "$VENV/bin/python" examples/benchmark/ddp_vs_hvd.py --smoke || fail "ddp_vs_hvd --smoke"
   # The launcher (hvdrun starts mpirun itself, so these run outside mpirun).
   HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || fail "pytest test/runner"
   # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).

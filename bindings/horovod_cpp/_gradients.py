@@ -27,6 +27,14 @@ postscale_factor, process_set), so a frontend's public functions serve as they a
     wait(handles)        -> outputs of single allreduces (all waited for at once)
     wait_group(handle)   -> list of outputs of one grouped allreduce
     wait_sparse(handle)  -> output of one sparse allreduce
+    allreduce_plain(t, name, op, prescale, postscale, process_set)   (optional)
+                         -> handle of an in-place reduction of t, the arguments positional
+
+A frontend whose ops have allreduce_plain and that calls passed() once per gradient (torch)
+may take the engine's common case itself: while `plain` is true (no groups, one backward pass
+per step, no compression), start_plain(slot, grad) starts a dense gradient's reduction with no
+more Python work than the count and the native call, and wait() waits for all of them with
+one call; anything else (a sparse gradient, another option) goes through passed().
 
 A synchronous framework (TensorFlow builds ops) returns the output as the handle and waits
 trivially.
@@ -39,6 +47,10 @@ from ._compression import NoneCompressor
 
 # How a started gradient is waited for.
 _SINGLE, _GROUP, _SPARSE = 0, 1, 2
+
+_TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step times before "
+                    "call to step(). Increase backward_passes_per_step to accumulate gradients "
+                    "locally.")
 
 
 def check_reduce_options(op, gradient_predivide_factor):
@@ -183,29 +195,47 @@ class GradientEngine:
             for s in g:
                 self._group_of[s] = g
         self.backward_passes_per_step = backward_passes_per_step
+        self._count = count
         self._delay = [backward_passes_per_step] * count
         self._started = {}                      # slot -> (kind, handle, ctx, layout)
         self._touched = set()                   # slots with a pass counted since finish()
         self._ready = {g: set() for g in groups or ()}
+        # start_plain's reductions: slots and handles in start order (disjoint from _started).
+        self._plain_slots = []
+        self._plain_handles = []
+        self._plain_submit = getattr(ops, "allreduce_plain", None)
+        self._plain_args = (options.op, options.prescale, options.postscale,
+                            options.process_set)
+        self.plain = False
+        self._update_plain()
+
+    def _update_plain(self):
+        # The compressor is a class (Horovod's Compression.none is NoneCompressor itself).
+        self.plain = (self._plain_submit is not None and self._groups is None and
+                      self.backward_passes_per_step == 1 and
+                      self._opt.compression is NoneCompressor)
 
     # ---- state ---------------------------------------------------------------------------
     @property
     def pending(self):
         """Whether a gradient has been counted or started since the last finish()."""
-        return bool(self._touched or self._started)
+        return bool(self._touched or self._started or self._plain_slots)
 
     def set_passes(self, passes):
         """Changes backward_passes_per_step and restarts every count."""
         if not isinstance(passes, int) or passes < 1:
             raise ValueError("backward_passes_per_step must be a positive integer")
         self.backward_passes_per_step = passes
-        self._delay = [passes] * len(self._delay)
+        self._delay = [passes] * self._count
+        self._update_plain()
 
     def reset(self):
         """Forgets the reductions in flight and restarts every count (after a state load)."""
         self._started = {}
         self._touched = set()
-        self._delay = [self.backward_passes_per_step] * len(self._delay)
+        self._plain_slots = []
+        self._plain_handles = []
+        self._delay = [self.backward_passes_per_step] * self._count
         for g in self._ready:
             self._ready[g] = set()
 
@@ -214,9 +244,7 @@ class GradientEngine:
         """One backward pass of `slot` is done: counts it, and starts the reduction when
         backward_passes_per_step passes are counted."""
         if self._delay[slot] <= 0:
-            raise AssertionError(
-                "Gradients were computed more than backward_passes_per_step times before call "
-                "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
+            raise AssertionError(_TOO_MANY_PASSES)
         self._delay[slot] -= 1
         self._touched.add(slot)
         if self._delay[slot] > 0:
@@ -229,6 +257,15 @@ class GradientEngine:
         ready.add(slot)
         if len(ready) == len(group):
             self._start_group(group, grad_of)
+
+    def start_plain(self, slot, grad):
+        """passed(slot, ...) of a dense gradient `grad` while `plain` is true: counts the pass
+        and starts its in-place reduction, as passed() would, with nothing else."""
+        if self._delay[slot] <= 0:
+            raise AssertionError(_TOO_MANY_PASSES)
+        self._delay[slot] = 0
+        self._plain_handles.append(self._plain_submit(grad, self._names[slot], *self._plain_args))
+        self._plain_slots.append(slot)
 
     def _dense(self, grad):
         """(tensor to reduce, layout) where sparse_as_dense turns a sparse gradient dense."""
@@ -276,9 +313,11 @@ class GradientEngine:
     def start(self, required, grad_of):
         """Starts the reduction of every slot in `required` (or counted) not started yet (the
         whole group of one)."""
+        if len(self._started) + len(self._plain_slots) == self._count:
+            return  # every slot started (the steady state of a step)
         required = self._touched.union(required)
         if self._groups is None:
-            for slot in sorted(required - self._started.keys()):
+            for slot in sorted(required - self._started.keys() - set(self._plain_slots)):
                 self._start_one(slot, grad_of(slot))
         else:
             for g in self._groups:
@@ -295,9 +334,13 @@ class GradientEngine:
         """Waits for every reduction started and returns {slot: result}; the counts
         restart."""
         o, ops = self._opt, self._ops
+        plain = self._plain_slots
         singles = [s for s, e in self._started.items() if e[0] == _SINGLE]
-        outputs = dict(zip(singles, ops.wait([self._started[s][1] for s in singles])))
-        results = {}
+        # One wait for every single reduction, start_plain's first.
+        every = ops.wait(self._plain_handles + [self._started[s][1] for s in singles]) \
+            if plain or singles else []
+        results = dict(zip(plain, every))  # in place, no compression: the outputs as they are
+        outputs = dict(zip(singles, every[len(plain):]))
         for slot, (kind, h, ctx, layout) in self._started.items():
             if kind == _SPARSE:
                 results[slot] = ops.wait_sparse(h)
@@ -305,10 +348,19 @@ class GradientEngine:
             out = outputs[slot] if kind == _SINGLE else h[0].outputs()[h[1]]
             out = o.compression.decompress(out, ctx)
             results[slot] = out if layout is None else ops.restore(out, layout)
-        for slot in self._started:
-            self._delay[slot] = self.backward_passes_per_step
+        passes = self.backward_passes_per_step
+        if self._touched.issubset(self._started.keys()):
+            # Every counted slot started (always after start()): all counts restart at once.
+            self._delay = [passes] * self._count
+        else:
+            for slot in self._started:
+                self._delay[slot] = passes
+            for slot in plain:
+                self._delay[slot] = passes
         self._started = {}
         self._touched = set()
+        self._plain_slots = []
+        self._plain_handles = []
         return results
 
     def reduce(self, grads):

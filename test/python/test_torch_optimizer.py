@@ -180,6 +180,39 @@ def test_sparse_gradients(rank, size, sparse_as_dense):
     torch.testing.assert_close(dist_model.weight, ref_model.weight)
 
 
+def test_sparse_and_dense_together_across_pass_changes(rank, size):
+    """Dense gradients take the engine's plain path and sparse ones the general one in the same
+    step; set_backward_passes_per_step leaves the plain path (2 passes) and comes back (1)."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(4)
+            self.emb = nn.Embedding(10, 4, sparse=True).double()
+            self.lin = nn.Linear(4, 2).double()
+
+        def forward(self, idx):
+            return self.lin(self.emb(idx)).pow(2).mean()
+
+    dist_model, ref_model = Net(), Net()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(dist_model.parameters(), lr=0.5),
+                                   named_parameters=dist_model.named_parameters())
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.5)
+    g = torch.Generator().manual_seed(11)
+    for passes in (1, 2, 1):
+        opt.set_backward_passes_per_step(passes)
+        idx = torch.randint(0, 10, (passes, size, 5), generator=g)
+        opt.zero_grad()
+        for p in range(passes):
+            dist_model(idx[p, rank]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        for p in range(passes):
+            (sum(ref_model(idx[p, r]) for r in range(size)) / size).backward()
+        ref_opt.step()
+    for (n, a), (_, b) in zip(dist_model.named_parameters(), ref_model.named_parameters()):
+        torch.testing.assert_close(a, b, msg=n)
+
+
 def test_misuse_errors():
     model = make_model()
     sgd = lambda: torch.optim.SGD(model.parameters(), lr=0.1)  # noqa: E731

@@ -1,8 +1,8 @@
 """The torch tensor ops of the gradient engine (.._gradients): asynchronous in-place
 allreduces whose handles are waited for in step() / synchronize()."""
 
-from .mpi_ops import (allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async,
-                      synchronize, synchronize_all)
+from .mpi_ops import (_allreduce, allreduce_async_, grouped_allreduce_async_,
+                      sparse_allreduce_async, synchronize, synchronize_all)
 
 
 class TorchGradOps:
@@ -14,6 +14,12 @@ class TorchGradOps:
     # Every single allreduce waited for at once, the GIL released once.
     wait = staticmethod(synchronize_all)
     wait_group = staticmethod(synchronize)
+
+    @staticmethod
+    def allreduce_plain(t, name, op, prescale, postscale, process_set):
+        # The engine's common case: the native entry directly (allreduce_async_ without its
+        # keyword handling; no `average`).
+        return _allreduce(t, None, name, op, prescale, postscale, process_set, None, True)
 
     @staticmethod
     def wait_sparse(handle):

@@ -68,10 +68,17 @@ class _DistributedOptimizer:
 
     def _make_hook(self, p):
         slot = self._slot[p]
+        engine = self._engine
 
         def hook(*_):
-            assert not p.grad.requires_grad
-            self._engine.passed(slot, self._grad_of)
+            grad = p.grad
+            assert not grad.requires_grad
+            # The common case (a dense gradient, the engine's plain options) with no more
+            # Python than the count and the native call: it runs once per parameter per step.
+            if engine.plain and not grad.is_sparse:
+                engine.start_plain(slot, grad)
+            else:
+                engine.passed(slot, self._grad_of)
 
         return hook
 
