@@ -297,3 +297,11 @@ def test_remote_worker_failure_and_channel_close(tmp_path):
     assert out.returncode == 5, out.stdout + out.stderr
     assert "rank 3 on host 192.0.2.1 exited with status 5" in out.stderr
     assert wait_gone(pids_in(pids, 4), 10) == []
+
+
+def test_check_build_shows_gloo_as_built():
+    import horovod_cpp
+    out = hvdrun(["--check-build"])
+    assert out.returncode == 0, out.stderr
+    box = "[X]" if horovod_cpp.gloo_built() else "[ ]"
+    assert f"    {box} Gloo" in out.stdout.split("Available Controllers:")[1], out.stdout
