@@ -34,7 +34,7 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh; rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost (exit $rc)"
   # The same two hosts under hvdrun --gloo (no mpirun; the library job when built with Gloo).
-  PYTHON="$VENV/bin/python" bash test/multihost/run_multihost_gloo.sh; rc=$?
+  PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --gloo; rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost gloo (exit $rc)"
   # Fault injection through horovod_cpp.torch (the C++ twin runs in CTest).
   for np_ in 2 3; do
