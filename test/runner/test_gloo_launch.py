@@ -243,6 +243,17 @@ def test_signal_to_hvdrun_ends_every_worker(tmp_path, signum):
     assert wait_gone(pids, 5) == []
 
 
+def test_workers_do_not_outlive_a_killed_hvdrun(tmp_path):
+    """Even SIGKILL, which hvdrun cannot catch, ends its workers (parent-death signal)."""
+    p = subprocess.Popen(hvdrun_cmd() + ["--gloo", "-np", "2", sys.executable, WORKER,
+                                         "--sleep", "120", "--pid-dir", str(tmp_path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids = pids_in(tmp_path, 2)
+    p.kill()
+    p.wait()
+    assert wait_gone(pids, 10) == []
+
+
 def test_missing_program_is_reported():
     out = hvdrun(["--gloo", "-np", "2", "/no/such/program"])
     assert out.returncode == 127

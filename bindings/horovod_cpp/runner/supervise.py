@@ -8,6 +8,7 @@ then SIGKILL after a grace period, and hvdrun exits with the failed worker's sta
 and SIGTERM to hvdrun end every worker the same way.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -89,15 +90,32 @@ def _signal_group(worker, signum):
         pass
 
 
+def _parent_death_signal():
+    """A preexec_fn that has the child get SIGTERM if hvdrun dies (even by SIGKILL), so no
+    worker outlives its launcher (Linux: PR_SET_PDEATHSIG); None where it is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_it():
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+    return set_it
+
+
 def start(specs, tag_output=True, output_folder=None):
     """Starts every worker; returns them. A worker that cannot be started at all (no such
     program) raises OSError after the ones already started are killed."""
     out = _Output(tag_output, output_folder)
     workers = []
+    preexec = _parent_death_signal()
     try:
         for spec in specs:
             proc = subprocess.Popen(
-                spec.argv, env=spec.env, start_new_session=True,
+                spec.argv, env=spec.env, start_new_session=True, preexec_fn=preexec,
                 stdin=subprocess.PIPE if spec.remote else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             w = _Worker(spec, proc)
@@ -138,12 +156,13 @@ def stop(workers, signum=signal.SIGTERM, grace_s=GRACE_S):
             t.join(timeout=2.0)
 
 
-def supervise(workers, log=None, grace_s=GRACE_S):
-    """Waits for the job; returns hvdrun's exit status.
+def run(specs, tag_output=True, output_folder=None, log=None, grace_s=GRACE_S):
+    """Starts the workers and waits for the job; returns hvdrun's exit status.
 
     All workers exiting 0 is 0. The first non-zero exit ends the job (the rest are stopped)
-    and is returned; SIGINT/SIGTERM to hvdrun stop the workers with the same signal and
-    return 128 + its number.
+    and is returned; SIGINT/SIGTERM to hvdrun (from the moment the first worker starts) stop
+    the workers with the same signal and return 128 + its number. OSError: a worker could not
+    be started (those already started are killed).
     """
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     received = []
@@ -153,6 +172,7 @@ def supervise(workers, log=None, grace_s=GRACE_S):
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        workers = start(specs, tag_output, output_folder)
         failed = None
         while not received:
             running = 0
