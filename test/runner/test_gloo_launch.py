@@ -254,6 +254,20 @@ def test_workers_do_not_outlive_a_killed_hvdrun(tmp_path):
     assert wait_gone(pids, 10) == []
 
 
+def test_runs_from_a_source_checkout_without_the_native_module():
+    """scripts/hvdrun under a python that cannot import horovod_cpp (isolated mode, no
+    PYTHONPATH): the store and the launcher are plain Python."""
+    script = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts", "hvdrun")
+    bare = "/usr/bin/python3"
+    if subprocess.run([bare, "-I", "-c", "import horovod_cpp"],
+                      capture_output=True).returncode == 0:
+        pytest.skip(f"{bare} has horovod_cpp installed")
+    out = subprocess.run([bare, "-I", script, "--gloo", "-np", "2", sys.executable, WORKER],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[1,0]<stdout>:GLOO_WORKER OK size=2" in out.stdout
+
+
 def test_missing_program_is_reported():
     out = hvdrun(["--gloo", "-np", "2", "/no/such/program"])
     assert out.returncode == 127
