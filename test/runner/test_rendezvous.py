@@ -243,3 +243,26 @@ def test_bad_secret_argument():
         rendezvous.StoreServer("")
     with pytest.raises(ValueError):
         rendezvous.StoreServer("x" * 257)
+
+
+def test_many_clients_at_once(store):
+    """64 workers connecting and waiting on one key at the same moment, as at init()."""
+    results = []
+
+    def worker(i):
+        c = client(store)
+        assert c.add("arrived", 1)[0] == "OK"
+        results.append(c.get("go", 20000))
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    while store.get("arrived", 0) != struct.pack("<q", 64):
+        assert time.monotonic() - t0 < 20
+        time.sleep(0.01)
+    store.set("go", "1")
+    for t in threads:
+        t.join(10)
+    assert results == [("OK", b"1")] * 64

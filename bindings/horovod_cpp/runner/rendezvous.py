@@ -240,6 +240,9 @@ def _send(conn, status, value):
 class _TCPServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Every worker of a job connects at once at init(); the default backlog of 5 would make
+    # the kernel drop the rest's SYNs and retry them a second or more later.
+    request_queue_size = 1024
 
     def __init__(self, address, handler, store):
         self.store = store
