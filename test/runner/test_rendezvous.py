@@ -135,6 +135,17 @@ def test_wrong_secret_is_denied_and_closed(store):
     assert_still_serves(store)
 
 
+def test_refusal_reaches_a_client_that_sent_a_whole_request(store):
+    """The refusal is read by the client even with a large unread value behind it (the store
+    reads and drops the rest before closing, so no reset overtakes the answer)."""
+    for _ in range(20):
+        c = client(store, "cd" * 32)
+        c.sock.sendall(sc.request(sc.SET, "k", b"x" * (1 << 20), c.secret))
+        assert sc.read_response(c.sock)[0] == "DENIED"
+        assert closed(c.sock)
+    assert_still_serves(store)
+
+
 def test_wrong_secret_is_refused_before_the_value_is_read(store):
     """A client without the secret announcing 16 MiB gets DENIED before sending any of it."""
     s = raw(store)

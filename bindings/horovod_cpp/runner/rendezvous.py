@@ -153,6 +153,7 @@ class StoreServer:
                     status, value = self._answer(_Reader(conn, self))
                 except _Refused as e:
                     _send(conn, e.status, str(e).encode())
+                    _linger(conn)
                     return
                 _send(conn, status, value)
         except (_Dropped, OSError):
@@ -235,6 +236,31 @@ class _Reader:
 
 def _send(conn, status, value):
     conn.sendall(struct.pack("<BI", status, len(value)) + value)
+
+
+#: After a refusal, how long and how much of the rest of the request is read and discarded.
+_LINGER_S = 2.0
+_LINGER_BYTES = MAX_VALUE + 2 * MAX_KEY
+
+
+def _linger(conn):
+    """Closing a socket with unread bytes makes the kernel send a reset, which can reach the
+    client before it has read the refusal. So the rest of the request is read and thrown away
+    (bounded in time and bytes; nothing is kept) after our side is shut, then it is closed."""
+    try:
+        conn.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + _LINGER_S
+        left = _LINGER_BYTES
+        while left > 0 and time.monotonic() < deadline:
+            try:
+                chunk = conn.recv(min(left, 1 << 16))
+            except socket.timeout:
+                continue
+            if not chunk:
+                return
+            left -= len(chunk)
+    except OSError:
+        pass
 
 
 class _TCPServer(socketserver.ThreadingTCPServer):
