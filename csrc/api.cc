@@ -22,6 +22,9 @@
 #include "core/timeline.h"
 #include "horovod_cpp/api.h"
 #include "horovod_cpp_build_config.h"
+#if HOROVOD_CPP_HAVE_GLOO
+#include "transport/factory/gloo_world.h"
+#endif
 
 namespace hvd {
 namespace {
@@ -372,5 +375,13 @@ void stop_timeline() { runtime_or_throw("stop_timeline()")->timeline()->stop(); 
 bool mpi_built() { return true; }
 bool nccl_built() { return HOROVOD_CPP_HAVE_NCCL != 0; }
 bool cuda_built() { return HOROVOD_CPP_HAVE_CUDA != 0; }
+bool gloo_built() { return HOROVOD_CPP_HAVE_GLOO != 0; }
+bool gloo_enabled() {
+#if HOROVOD_CPP_HAVE_GLOO
+  return gloo_world_active();
+#else
+  return false;
+#endif
+}
 
 }  // namespace hvd

@@ -155,5 +155,9 @@ bool mpi_built();
 bool nccl_built();
 /// True when built with CUDA support.
 bool cuda_built();
+/// True when built with the Gloo controller (HOROVOD_GLOO=1 jobs, without MPI).
+bool gloo_built();
+/// True while this process runs a job on the Gloo controller (between init() and shutdown()).
+bool gloo_enabled();
 
 }  // namespace hvd

@@ -15,6 +15,7 @@ enum class ErrorCode : int {
   kShutdown = 4,          ///< the runtime shut down (or stalled and was shut down) first.
   kTimeout = 5,           ///< a wait with a deadline expired; the operation goes on.
   kBackend = 6,           ///< MPI, NCCL or CUDA reported a failure.
+  kInternal = 7,          ///< a peer was lost (Gloo controller): shutdown() and init() work again.
 };
 
 /// Base of every exception horovod_cpp throws. what() names the tensor, the operation and,
@@ -65,6 +66,14 @@ class TimeoutError : public Error {
 class BackendError : public Error {
  public:
   explicit BackendError(const std::string& w) : Error(ErrorCode::kBackend, w) {}
+};
+
+/// A peer rank was lost mid-collective (its process died, its network went away) or did not
+/// answer within HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS (Gloo controller). The surviving ranks get
+/// it for the work in flight; shutdown() and then init() build a new job from the survivors.
+class InternalError : public Error {
+ public:
+  explicit InternalError(const std::string& w) : Error(ErrorCode::kInternal, w) {}
 };
 
 /// Throws the hvd::Error subclass for `code` with message `what` (nothing for kOk).

@@ -8,7 +8,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential cmake git pkg-config \
-  libopenmpi-dev openmpi-bin \
+  libopenmpi-dev openmpi-bin libgloo-dev \
   catch2 pybind11-dev nlohmann-json3-dev libcli11-dev \
   python3 python3-dev python3-venv python3-pip python3-numpy python3-pytest python3-matplotlib \
   libtorch-dev python3-torch zlib1g-dev \

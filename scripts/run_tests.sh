@@ -35,6 +35,9 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh; rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost (exit $rc)"
+  # The same two hosts under hvdrun --gloo (no mpirun; the library job when built with Gloo).
+  PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --gloo; rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost gloo (exit $rc)"
   # Fault injection through horovod_cpp.torch (the C++ twin runs in CTest).
   for np_ in 2 3; do
     bash test/fault/run_faults.sh python "$VENV/bin/python" "$np_" || fail "python faults np=$np_"

@@ -71,6 +71,7 @@ absl::Status to_status(hvd::ErrorCode code, const std::string& message) {
     case hvd::ErrorCode::kShutdown: return absl::AbortedError(message);
     case hvd::ErrorCode::kTimeout: return absl::DeadlineExceededError(message);
     case hvd::ErrorCode::kBackend: return absl::InternalError(message);
+    case hvd::ErrorCode::kInternal: return absl::UnavailableError(message);  // a lost peer
   }
   return absl::UnknownError(message);
 }

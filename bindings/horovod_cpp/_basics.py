@@ -190,8 +190,8 @@ def mpi_built():
 
 
 def mpi_enabled():
-    """True: horovod_cpp always runs on MPI."""
-    return bool(_C.mpi_built())
+    """True unless this process runs a job on the Gloo controller."""
+    return bool(_C.mpi_built()) and not _C.gloo_enabled()
 
 
 def mpi_threads_supported():
@@ -200,11 +200,13 @@ def mpi_threads_supported():
 
 
 def gloo_built():
-    return False
+    """True when this build has the Gloo controller (HOROVOD_GLOO=1, hvdrun --gloo)."""
+    return bool(_C.gloo_built())
 
 
 def gloo_enabled():
-    return False
+    """True while this process runs a job on the Gloo controller."""
+    return bool(_C.gloo_enabled())
 
 
 def nccl_built():

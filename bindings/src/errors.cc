@@ -55,6 +55,7 @@ void register_errors(py::module_& m) {
         case hvd::ErrorCode::kShutdown: type = g_shutdown; break;
         case hvd::ErrorCode::kTimeout: type = g_timeout; break;
         case hvd::ErrorCode::kBackend: type = g_backend; break;
+        case hvd::ErrorCode::kInternal: break;  // a lost peer: HorovodInternalError itself
         case hvd::ErrorCode::kOk: break;
       }
       PyErr_SetString(type, e.what());

@@ -35,6 +35,8 @@ void register_init_topology(py::module_& m) {
   m.def("mpi_built", &hvd::mpi_built);
   m.def("nccl_built", &hvd::nccl_built);
   m.def("cuda_built", &hvd::cuda_built);
+  m.def("gloo_built", &hvd::gloo_built);
+  m.def("gloo_enabled", &hvd::gloo_enabled);
 }
 
 }  // namespace hvdpy

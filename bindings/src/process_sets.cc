@@ -49,6 +49,8 @@ void register_process_sets(py::module_& m) {
   m.def(
       "mpi_threads_supported",
       []() {
+        // A Gloo job has no MPI at all (and must not touch it).
+        if (hvd::gloo_enabled() && hvd::is_initialized()) return false;
         int initialized = 0;
         int finalized = 0;
         MPI_Initialized(&initialized);

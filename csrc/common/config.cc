@@ -61,17 +61,53 @@ Status read_bool(const Lookup& lookup, const char* var, bool* out) {
   return Status::OK();
 }
 
+Lookup or_getenv(const Lookup& lookup) {
+  if (lookup) return lookup;
+  return [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
 }  // namespace
 
-Status Config::from_env(Config* out, const Lookup& lookup_in) {
-  Lookup lookup = lookup_in;
-  if (!lookup) {
-    lookup = [](const char* name) -> std::optional<std::string> {
-      const char* v = std::getenv(name);
-      if (!v) return std::nullopt;
-      return std::string(v);
-    };
+Status GlooConfig::from_env(GlooConfig* out, const Lookup& lookup_in) {
+  const Lookup lookup = or_getenv(lookup_in);
+  GlooConfig c;
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_GLOO", &c.enabled));
+  if (auto v = lookup("HOROVOD_CONTROLLER"); v && !v->empty()) {
+    if (*v == "gloo") {
+      c.enabled = true;
+    } else if (*v != "mpi") {
+      return bad("HOROVOD_CONTROLLER", *v, "gloo or mpi");
+    }
   }
+  if (auto v = lookup("HOROVOD_GLOO_RENDEZVOUS_ADDR"); v) c.rendezvous_addr = *v;
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_GLOO_RENDEZVOUS_PORT", &c.rendezvous_port, 65535));
+  if (auto v = lookup("HOROVOD_CPP_RENDEZVOUS_SECRET"); v) c.secret = *v;
+  const std::pair<const char*, int64_t*> places[] = {
+      {"HOROVOD_RANK", &c.rank},           {"HOROVOD_SIZE", &c.size},
+      {"HOROVOD_LOCAL_RANK", &c.local_rank}, {"HOROVOD_LOCAL_SIZE", &c.local_size},
+      {"HOROVOD_CROSS_RANK", &c.cross_rank}, {"HOROVOD_CROSS_SIZE", &c.cross_size}};
+  for (const auto& p : places) HVD_RETURN_IF_ERROR(read_int(lookup, p.first, p.second, 1 << 24));
+  if (auto v = lookup("HOROVOD_HOSTNAME"); v) c.hostname = *v;
+  if (auto v = lookup("HOROVOD_CPP_WORKER_ID"); v) c.worker_id = *v;
+  if (auto v = lookup("HOROVOD_GLOO_IFACE"); v) c.iface = *v;
+  HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_GLOO_TIMEOUT_SECONDS", 0.001, &c.timeout_seconds));
+  HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS", 0.001, &c.op_timeout_seconds));
+  if (c.secret.size() > 256) {
+    return bad("HOROVOD_CPP_RENDEZVOUS_SECRET", "<" + std::to_string(c.secret.size()) + " chars>",
+               "at most 256 characters");
+  }
+  *out = c;
+  return Status::OK();
+}
+
+Status Config::from_env(Config* out, const Lookup& lookup_in) {
+  const Lookup lookup = or_getenv(lookup_in);
   Config c;
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_FUSION_THRESHOLD", &c.fusion_threshold_bytes));
   HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_CYCLE_TIME", 0.0, &c.cycle_time_ms));

@@ -153,4 +153,34 @@ struct Config {
   std::string describe() const;
 };
 
+/// The Gloo controller's settings (docs/environment.md, issue 36's contract with hvdrun --gloo).
+/// Read apart from Config: they differ from rank to rank (Config must agree across ranks).
+struct GlooConfig {
+  /// HOROVOD_GLOO=1 or HOROVOD_CONTROLLER=gloo: init() builds the Gloo World, never MPI's.
+  bool enabled = false;
+  /// HOROVOD_GLOO_RENDEZVOUS_ADDR / _PORT: the rendezvous store (TCP).
+  std::string rendezvous_addr;
+  int64_t rendezvous_port = 0;
+  /// HOROVOD_CPP_RENDEZVOUS_SECRET: the job's secret, sent with every store request.
+  std::string secret;
+  /// HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE (-1: not set).
+  int64_t rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+  /// HOROVOD_HOSTNAME (default: gethostname()): groups the ranks of one host.
+  std::string hostname;
+  /// HOROVOD_CPP_WORKER_ID (optional): re-inits read their place from the store's
+  /// assign/<worker_id>/<n> key.
+  std::string worker_id;
+  /// HOROVOD_GLOO_IFACE (optional): the interface Gloo's TCP device binds.
+  std::string iface;
+  /// HOROVOD_GLOO_TIMEOUT_SECONDS (default 30): rendezvous and connection timeout.
+  double timeout_seconds = 30.0;
+  /// HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS (default 5): a collective waiting longer on a peer
+  /// fails with hvd::InternalError on every surviving rank.
+  double op_timeout_seconds = 5.0;
+
+  /// Reads the variables above through `lookup` (getenv when empty).
+  static Status from_env(GlooConfig* out,
+                         const std::function<std::optional<std::string>(const char*)>& lookup = {});
+};
+
 }  // namespace hvd

@@ -22,6 +22,7 @@ class Status {
   static Status Mismatch(std::string m) { return {ErrorCode::kMismatch, std::move(m)}; }
   static Status Shutdown(std::string m) { return {ErrorCode::kShutdown, std::move(m)}; }
   static Status Backend(std::string m) { return {ErrorCode::kBackend, std::move(m)}; }
+  static Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
 
   bool ok() const { return code_ == ErrorCode::kOk; }
   ErrorCode code() const { return code_; }

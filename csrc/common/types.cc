@@ -127,6 +127,7 @@ void throw_error(ErrorCode code, const std::string& what) {
     case ErrorCode::kShutdown: throw ShutdownError(what);
     case ErrorCode::kTimeout: throw TimeoutError(what);
     case ErrorCode::kBackend: throw BackendError(what);
+    case ErrorCode::kInternal: throw InternalError(what);
     case ErrorCode::kOk: break;
   }
   throw Error(code, what);

@@ -116,7 +116,10 @@ bool Cycle::run() {
   }
   if (!s.ok()) {
     HVD_LOG(kError) << "process set " << id_ << ": coordination failed, stopping: " << s.message();
-    const Status why = Status::Backend("horovod_cpp stopped: coordination failed: " + s.message());
+    // A lost peer (Gloo: ErrorCode::kInternal) keeps its code: the pending work fails with
+    // hvd::InternalError, which an elastic program answers with shutdown() and init().
+    const Status why(s.code() == ErrorCode::kInternal ? ErrorCode::kInternal : ErrorCode::kBackend,
+                     "horovod_cpp stopped: coordination failed: " + s.message());
     // The other members may be waiting in a negotiation step this rank left: fatal.
     report_fatal(where() + ": " + why.message());
     table_->stop(why);

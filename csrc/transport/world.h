@@ -47,7 +47,8 @@ class World {
                           std::unique_ptr<SetPlanes>* out) = 0;
 };
 
-/// The job's World over MPI (transport/factory/mpi_world.cc): initializes MPI if needed.
+/// The job's World (transport/factory/mpi_world.cc): over Gloo when HOROVOD_GLOO=1 or
+/// HOROVOD_CONTROLLER=gloo (then MPI is never touched), else over MPI (initialized if needed).
 Status make_world(const InitOptions& options, std::unique_ptr<World>* out);
 
 }  // namespace hvd

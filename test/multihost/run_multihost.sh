@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # A real two-host run on one machine: `hvdrun -np 4 -H h1:2,h2:2` across two hosts made of
-# network namespaces (each with its own hostname and address, joined by a bridge; Open MPI
-# over TCP between them), running test/runner/job_check.py, which checks local/cross ranks,
-# that ranks of one host share a host name, and the values of allreduce/allgather/broadcast.
-# hvdrun's pre-launch check probes both hosts through the same launch path first.
+# network namespaces (each with its own hostname and address, joined by a bridge), running
+# test/runner/job_check.py, which checks local/cross ranks, that ranks of one host share a
+# host name, and the values of allreduce/allgather/broadcast. hvdrun's pre-launch check
+# probes both hosts through the same launch path first.
 #
-#   sudo test/multihost/run_multihost.sh          (needs root, `ip` and `unshare`)
-# Environment: PYTHON (a python with horovod_cpp importable; default .venv/bin/python, else
-# python3), SUBNET_PREFIX (default 10.77.0; only <prefix>.1, .11, .12 are used),
-# TIMEOUT_S (default 300). The hosts are made by hosts.sh (beside this script).
+#   sudo test/multihost/run_multihost.sh          (Open MPI over TCP between the hosts)
+#   sudo test/multihost/run_multihost.sh --gloo   (hvdrun --gloo: no mpirun; see below)
+# With --gloo hvdrun serves the rendezvous on the bridge address and starts the workers
+# through the rsh agent, as it would over ssh: first test/runner/gloo_worker.py (the workers
+# read their places and meet through the store, over the hosts' network), then, when this
+# build has Gloo (horovod_cpp.gloo_built()), job_check.py on the library's Gloo World.
+#
+# Needs root, `ip` and `unshare`. Environment: PYTHON (a python with horovod_cpp importable;
+# default .venv/bin/python, else python3), SUBNET_PREFIX (default 10.77.0; only <prefix>.1,
+# .11, .12 are used), TIMEOUT_S (default 300). The hosts are made by hosts.sh (beside this
+# script).
 # Exit: 0 passed, 1 failed, 77 skipped (not root / no network namespaces here). Everything
 # made here (namespaces, veth pairs, bridge, /etc/hosts lines) is removed on exit, pass or fail.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
+MODE=mpi
+[ "${1:-}" = --gloo ] && MODE=gloo
+WHO=multihost
+[ "$MODE" = gloo ] && WHO=multihost-gloo
 PFX=${SUBNET_PREFIX:-10.77.0}
 TIMEOUT_S=${TIMEOUT_S:-300}
 if [ -z "${PYTHON:-}" ]; then
@@ -28,22 +39,45 @@ MH_LOCK=/run/lock/horovod_cpp_multihost.lock
 # shellcheck source=test/multihost/hosts.sh
 . "$here/hosts.sh"  # mh_require, mh_start (and the rest)
 
-mh_require multihost
-"$PYTHON" -c "import horovod_cpp.runner" 2>/dev/null || { echo "multihost: $PYTHON cannot import horovod_cpp"; exit 1; }
+mh_require "$WHO"
+"$PYTHON" -c "import horovod_cpp.runner" 2>/dev/null || { echo "$WHO: $PYTHON cannot import horovod_cpp"; exit 1; }
 # One multi-host test at a time on this machine (other checkouts may run theirs).
-mh_start multihost 600
+mh_start "$WHO" 600
 tmp=$MH_TMP
 
-echo "multihost: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1)"
+echo "$WHO: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1)"
 cd "$root"
-timeout --kill-after=30 "$TIMEOUT_S" "$PYTHON" -m horovod_cpp.runner -np 4 -H h1:2,h2:2 \
-  --verbose --start-timeout 60 --network-interface "$PFX.0/24" \
-  --mpi-args "--mca plm_rsh_agent $tmp/agent --mca btl self,vader,tcp" \
-  "$PYTHON" test/runner/job_check.py --local-size 2 --cross-size 2 2>&1 | tee "$tmp/out"
-rc=${PIPESTATUS[0]}
+
+# job LOG ARGS...: hvdrun -np 4 on h1:2,h2:2 in this mode, output in LOG; hvdrun's status.
+job() {
+  local log=$1; shift
+  local launch=(--mpi --mpi-args "--mca plm_rsh_agent $tmp/agent --mca btl self,vader,tcp")
+  [ "$MODE" = gloo ] && launch=(--gloo --rsh-agent "$tmp/agent")
+  timeout --kill-after=30 "$TIMEOUT_S" "$PYTHON" -m horovod_cpp.runner -np 4 -H h1:2,h2:2 \
+    --verbose --start-timeout 60 --network-interface "$PFX.0/24" "${launch[@]}" "$@" 2>&1 |
+    tee "$log"
+  return "${PIPESTATUS[0]}"
+}
+
+if [ "$MODE" = gloo ]; then
+  job "$tmp/out.launcher" "$PYTHON" test/runner/gloo_worker.py; rc=$?
+  ok=1
+  [ "$rc" = 0 ] && grep -q "GLOO_WORKER OK size=4" "$tmp/out.launcher" &&
+    grep -q "rendezvous store on $PFX.1:" "$tmp/out.launcher" || ok=0
+  for r in 2 3; do  # ranks 2 and 3 were placed on h2
+    grep -q "^\[1,$r\]<stdout>:GLOO_ENV .*\"host\": \"h2\"" "$tmp/out.launcher" || ok=0
+  done
+  [ "$ok" = 1 ] || { echo "$WHO: FAILED (launcher job, exit $rc)"; exit 1; }
+  echo "$WHO: launcher job PASSED (4 workers on h1:2,h2:2 met through the store)"
+  if ! "$PYTHON" -c "import sys, horovod_cpp; sys.exit(0 if horovod_cpp.gloo_built() else 1)"; then
+    echo "$WHO: this build has no Gloo; the library job is skipped"
+    exit 0
+  fi
+fi
+job "$tmp/out" "$PYTHON" test/runner/job_check.py --local-size 2 --cross-size 2; rc=$?
 if [ "$rc" = 0 ] && grep -q "JOB_CHECK OK size=4 hosts=\['h1', 'h2'\]" "$tmp/out"; then
-  echo "multihost: PASSED (4 ranks on h1:2,h2:2)"
+  echo "$WHO: PASSED (4 ranks on h1:2,h2:2$([ "$MODE" = gloo ] && echo ", Gloo controller"))"
   exit 0
 fi
-echo "multihost: FAILED (exit $rc)"
+echo "$WHO: FAILED (exit $rc)"
 exit 1

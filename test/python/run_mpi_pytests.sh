@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs the Python tests under mpirun with 2 and 3 ranks; every rank runs pytest.
+# LAUNCHER=gloo runs them under `hvdrun --gloo` instead (no mpirun; the Gloo controller).
 # Exits non-zero if any rank fails (mpirun propagates a non-zero exit), if a run hangs
 # (timeout), or if a rank ran no test.
 #
@@ -26,10 +27,16 @@ export_args=(-x HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)
 
 status=0
 for np_ in $NP_LIST; do
-  echo "=== pytest under mpirun -np $np_ (logs: $logdir/np$np_.rank*.log) ==="
-  timeout --kill-after=30 "$TIMEOUT_S" mpirun --oversubscribe --allow-run-as-root -np "$np_" \
-    "${export_args[@]}" \
-    bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; cd "$0" &&
+  what="mpirun -np $np_"
+  launch=(mpirun --oversubscribe --allow-run-as-root -np "$np_" "${export_args[@]}")
+  if [ "${LAUNCHER:-mpi}" = gloo ]; then
+    # hvdrun --gloo gives its local workers its whole environment: nothing to export.
+    what="hvdrun --gloo -np $np_"
+    launch=("$PYTHON" -m horovod_cpp.runner --gloo -np "$np_")
+  fi
+  echo "=== pytest under $what (logs: $logdir/np$np_.rank*.log) ==="
+  timeout --kill-after=30 "$TIMEOUT_S" "${launch[@]}" \
+    bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${HOROVOD_RANK:-0}}}; cd "$0" &&
       exec "$1" -m pytest -p no:cacheprovider -q "${@:3}" > "$2.rank$r.log" 2>&1' \
     "$here" "$PYTHON" "$logdir/np$np_" "$@"
   rc=$?
@@ -43,7 +50,7 @@ for np_ in $NP_LIST; do
     fi
   done
   if [ "$rc" -ne 0 ]; then
-    echo "FAILED: mpirun -np $np_ exited with $rc"
+    echo "FAILED: $what exited with $rc"
     status=1
   fi
 done

@@ -36,7 +36,7 @@ def build_info():
             "PyTorch": importable("torch") and importable("horovod_cpp.torch"),
             "TensorFlow": importable("tensorflow") and importable("horovod_cpp.tensorflow"),
         },
-        "controllers": {"MPI": hvd.mpi_built(), "Gloo": False},
+        "controllers": {"MPI": hvd.mpi_built(), "Gloo": hvd.gloo_built()},
         "operations": {
             "MPI": hvd.mpi_built(),
             "shared memory (CPU, ranks of one host)": True,
@@ -112,10 +112,12 @@ class CheckError(RuntimeError):
     """A host failed the pre-launch check; the message names it and says why."""
 
 
-def check_hosts(args, hosts, mpirun="mpirun", python=None, verbose=False):
+def check_hosts(args, hosts, mpirun="mpirun", python=None, verbose=False, remote_command=None):
     """Probes every remote host in parallel; raises CheckError naming each failing host.
 
-    Unknown host names fail fast, before any process is started.
+    Unknown host names fail fast, before any process is started. The probe goes through
+    mpirun with the job's launch arguments, or through `remote_command(host, argv)` (the argv
+    that runs argv on host) when given (hvdrun --gloo: its own ssh path).
     """
     import horovod_cpp as hvd
     python = python or sys.executable
@@ -132,12 +134,15 @@ def check_hosts(args, hosts, mpirun="mpirun", python=None, verbose=False):
     if problems:
         raise CheckError("hvdrun: cannot launch:\n  " + "\n  ".join(problems))
     procs = {}
+    probe = [python, "-c", "from horovod_cpp.runner.checks import probe_main; probe_main()"]
     for host in remote:
-        cmd = [mpirun, "-np", "1"] + launch.launch_args(args, [(host, 1)])
-        for name in launch.forwarded_names(os.environ, {}):  # as the job will see them
-            cmd += ["-x", name]
-        cmd += shlex.split(args.mpi_args or "")
-        cmd += [python, "-c", "from horovod_cpp.runner.checks import probe_main; probe_main()"]
+        if remote_command is not None:
+            cmd = remote_command(host, probe)
+        else:
+            cmd = [mpirun, "-np", "1"] + launch.launch_args(args, [(host, 1)])
+            for name in launch.forwarded_names(os.environ, {}):  # as the job will see them
+                cmd += ["-x", name]
+            cmd += shlex.split(args.mpi_args or "") + probe
         if verbose:
             print("hvdrun: check " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
         procs[host] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

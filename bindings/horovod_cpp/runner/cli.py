@@ -39,9 +39,13 @@ def make_parser():
                        help="ssh port of the remote hosts")
     hosts.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file",
                        help="ssh private key for the remote hosts")
+    hosts.add_argument("--rsh-agent", dest="rsh_agent",
+                       help="program used instead of ssh to start commands on other hosts "
+                            "(called as ssh is: AGENT [-p PORT] [-i KEY] HOST COMMAND)")
     hosts.add_argument("--network-interface", dest="nics",
                        help="interfaces or subnets (comma separated, e.g. eth0 or "
-                            "10.0.0.0/24) Open MPI uses between hosts")
+                            "10.0.0.0/24) used between hosts (Open MPI's TCP traffic; under "
+                            "--gloo the store's address and HOROVOD_GLOO_IFACE)")
     hosts.add_argument("--start-timeout", dest="start_timeout", type=_non_negative_float,
                        default=30.0,
                        help="seconds allowed for each host's pre-launch check (default 30)")
@@ -49,6 +53,19 @@ def make_parser():
                        help="do not check reachability and library versions before launching")
     hosts.add_argument("--oversubscribe", action="store_true",
                        help="allow more processes than slots")
+
+    ctl = p.add_argument_group("controller (docs/running.md, Gloo)")
+    mode = ctl.add_mutually_exclusive_group()
+    mode.add_argument("--gloo", dest="gloo", action="store_true", default=None,
+                      help="run with the Gloo controller: hvdrun starts the workers itself "
+                           "(ssh for other hosts) and serves their rendezvous; no mpirun "
+                           "(also selected by HOROVOD_GLOO=1 in hvdrun's environment)")
+    mode.add_argument("--mpi", dest="gloo", action="store_false",
+                      help="run with mpirun (the default), also when HOROVOD_GLOO=1 is set")
+    ctl.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds",
+                     type=_non_negative_float,
+                     help="HOROVOD_GLOO_TIMEOUT_SECONDS: how long the workers' rendezvous "
+                          "may take (default 30)")
 
     tune = p.add_argument_group("tuning (each sets the HOROVOD_* variable of the same meaning)")
     tune.add_argument("--fusion-threshold-mb", dest="fusion_threshold_mb",

@@ -77,6 +77,8 @@ def launch_args(args, hosts):
         rsh += ["-i", args.ssh_identity_file]
     if rsh:
         out += ["--mca", "plm_rsh_args", " ".join(rsh)]
+    if args.rsh_agent:
+        out += ["--mca", "plm_rsh_agent", args.rsh_agent]
     if args.nics:
         out += ["--mca", "btl_tcp_if_include", args.nics, "--mca", "oob_tcp_if_include",
                 args.nics]

@@ -7,6 +7,10 @@
 #include "transport/shm/shm_control_plane.h"
 #include "transport/control_plane.h"
 #include "common/fatal.h"
+#include "horovod_cpp_build_config.h"
+#if HOROVOD_CPP_HAVE_GLOO
+#include "transport/factory/gloo_world.h"
+#endif
 
 namespace hvd {
 namespace {
@@ -51,7 +55,18 @@ class MpiSetPlanes : public SetPlanes {
 
 }  // namespace
 
+// The controller is chosen before anything touches MPI: a Gloo job never calls MPI_Init.
 Status make_world(const InitOptions& options, std::unique_ptr<World>* out) {
+  GlooConfig gloo;
+  HVD_RETURN_IF_ERROR(GlooConfig::from_env(&gloo));
+  if (gloo.enabled) {
+#if HOROVOD_CPP_HAVE_GLOO
+    return make_gloo_world(options, out);
+#else
+    return Status::InvalidArgument("HOROVOD_GLOO / HOROVOD_CONTROLLER=gloo asks for the Gloo "
+                                   "controller, but this build has no Gloo (libgloo-dev)");
+#endif
+  }
   auto world = std::make_unique<MpiWorld>();
   HVD_RETURN_IF_ERROR(world->init(options));
   JobAborter aborter;

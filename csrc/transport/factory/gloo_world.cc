@@ -1,0 +1,262 @@
+// Copyright horovod_cpp authors.
+#include "transport/factory/gloo_world.h"
+
+#include <gloo/transport/tcp/device.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/fatal.h"
+#include "common/logging.h"
+#include "transport/factory/transports.h"
+#include "transport/gloo/gloo_bootstrap.h"
+#include "transport/gloo/gloo_call.h"
+#include "transport/gloo/gloo_control_plane.h"
+#include "transport/gloo/store_client.h"
+#include "transport/shm/shm_control_plane.h"
+
+namespace hvd {
+namespace {
+
+std::atomic<int> g_inits{0};        // Gloo inits made by this process: the assignment's <n>
+std::atomic<int> g_active{0};       // live GlooWorlds
+std::atomic<int> g_abort_rank{-1};  // this rank, for the fixed-mode aborter
+
+int abort_rank() {
+  return g_abort_rank.load();
+}
+// Fixed mode: the launcher (hvdrun --gloo) sees this worker fail and ends the others.
+void abort_gloo_job() {
+  std::fprintf(stderr, "horovod_cpp: rank %d ends the Gloo job (exit status 1)\n", abort_rank());
+  std::fflush(stderr);
+  ::_exit(1);
+}
+
+// The place of this worker in the job, and the generation its keys are prefixed with.
+struct Place {
+  int rank = -1, size = -1, local_rank = -1, local_size = -1, cross_rank = -1, cross_size = -1;
+  int64_t generation = 0;
+};
+
+Status parse_assignment(const std::string& key, const std::string& text, Place* p) {
+  long long v[7];
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%lld%c", &v[0], &v[1], &v[2], &v[3],
+                  &v[4], &v[5], &v[6], &tail) != 7 ||
+      v[1] < 1 || v[0] < 0 || v[0] >= v[1] || v[3] < 1 || v[2] < 0 || v[2] >= v[3] || v[5] < 1 ||
+      v[4] < 0 || v[4] >= v[5] || v[6] < 0) {
+    return Status::InvalidArgument("rendezvous key " + key + " holds '" + text +
+                                   "', not rank,size,local_rank,local_size,cross_rank,cross_size,"
+                                   "generation with each rank below its size");
+  }
+  *p = Place{int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]), int(v[5]), v[6]};
+  return Status::OK();
+}
+
+Status place_from_env(const GlooConfig& c, Place* p) {
+  if (c.rank < 0 || c.size < 1 || c.rank >= c.size) {
+    return Status::InvalidArgument(
+        "the Gloo controller needs HOROVOD_RANK and HOROVOD_SIZE (0 <= rank < size) or "
+        "HOROVOD_CPP_WORKER_ID (its place then comes from the rendezvous store)");
+  }
+  p->rank = int(c.rank);
+  p->size = int(c.size);
+  // Without the local/cross variables every rank is taken for a host of its own.
+  p->local_rank = c.local_rank >= 0 ? int(c.local_rank) : 0;
+  p->local_size = c.local_size >= 1 ? int(c.local_size) : 1;
+  p->cross_rank = c.cross_rank >= 0 ? int(c.cross_rank) : p->rank;
+  p->cross_size = c.cross_size >= 1 ? int(c.cross_size) : p->size;
+  p->generation = 0;
+  return Status::OK();
+}
+
+bool cores_shared(int local_size) {
+#ifdef __linux__
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof(mine), &mine) != 0) return true;
+  return local_size > CPU_COUNT(&mine);
+#else
+  return true;
+#endif
+}
+
+std::string host_name(const GlooConfig& c) {
+  if (!c.hostname.empty()) return c.hostname;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+// A set's planes and the groups they run on (the data group owns the transports' context).
+class GlooSetPlanes : public SetPlanes {
+ public:
+  ~GlooSetPlanes() override {
+    transports.reset();  // may still use the bootstrap (NCCL drains its work)
+    control.reset();
+    bootstrap.reset();
+  }
+  std::unique_ptr<GlooBootstrap> bootstrap;
+};
+
+class GlooWorld : public World {
+ public:
+  ~GlooWorld() override {
+    world_.reset();
+    g_active.fetch_sub(1);
+  }
+  Status init(const InitOptions& options);
+  int rank() const override { return place_.rank; }
+  int size() const override { return place_.size; }
+  int local_rank() const override { return place_.local_rank; }
+  int local_size() const override { return place_.local_size; }
+  int cross_rank() const override { return place_.cross_rank; }
+  int cross_size() const override { return place_.cross_size; }
+  Status allgather(const std::vector<int64_t>& mine, std::vector<int64_t>* all) override;
+  Status broadcast(std::vector<int>* values, int count) override;
+  Status make_set(int id, const std::vector<int>& ranks, const Config& config,
+                  std::unique_ptr<SetPlanes>* out) override;
+
+ private:
+  GlooConfig config_;
+  Place place_;
+  std::unique_ptr<StoreClient> store_;
+  GlooJob job_;
+  std::string prefix_;                    // g<generation>
+  std::unique_ptr<GlooBootstrap> world_;  // every rank: World::allgather/broadcast
+  int sets_made_ = 0;                     // make_set calls (collective): each set's key prefix
+};
+
+Status GlooWorld::init(const InitOptions& options) {
+  g_active.fetch_add(1);  // undone by the destructor, whatever happens here
+  if (options.use_comm) {
+    return Status::InvalidArgument(
+        "init(MPI_Comm) asks for MPI, but HOROVOD_GLOO selects the Gloo "
+        "controller (no MPI in such a job)");
+  }
+  HVD_RETURN_IF_ERROR(GlooConfig::from_env(&config_));
+  if (config_.rendezvous_addr.empty() || config_.rendezvous_port == 0) {
+    return Status::InvalidArgument(
+        "the Gloo controller needs HOROVOD_GLOO_RENDEZVOUS_ADDR and "
+        "HOROVOD_GLOO_RENDEZVOUS_PORT (hvdrun --gloo sets them)");
+  }
+  const int n = g_inits.fetch_add(1);
+  const auto ms = [](double s) {
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  };
+  job_.connect_timeout = ms(config_.timeout_seconds);
+  job_.op_timeout = ms(config_.op_timeout_seconds);
+  job_.hostname = host_name(config_);
+  const std::string where = "the rendezvous store at " + config_.rendezvous_addr + ":" +
+                            std::to_string(config_.rendezvous_port);
+  HVD_RETURN_IF_ERROR(gloo_call(where, "connecting", [&] {
+    store_ = std::make_unique<StoreClient>(config_.rendezvous_addr, int(config_.rendezvous_port),
+                                           config_.secret, job_.connect_timeout);
+  }));
+  const bool assigned = !config_.worker_id.empty() && (n > 0 || config_.rank < 0);
+  if (assigned) {
+    const std::string key = "assign/" + config_.worker_id + "/" + std::to_string(n);
+    std::vector<char> value;
+    HVD_RETURN_IF_ERROR(
+        gloo_call(where, ("reading " + key).c_str(), [&] { value = store_->get(key); }));
+    HVD_RETURN_IF_ERROR(parse_assignment(key, std::string(value.begin(), value.end()), &place_));
+  } else {
+    HVD_RETURN_IF_ERROR(place_from_env(config_, &place_));
+  }
+  job_.store = store_.get();
+  HVD_RETURN_IF_ERROR(gloo_call(where, "creating the Gloo TCP device", [&] {
+    gloo::transport::tcp::attr attr;
+    if (!config_.iface.empty()) {
+      attr.iface = config_.iface;
+    } else {
+      attr.hostname = is_loopback(config_.rendezvous_addr) ? "127.0.0.1" : store_->local_address();
+    }
+    job_.device = gloo::transport::tcp::CreateDevice(attr);
+  }));
+  // An assignment's generation is new for every membership. Places from the environment
+  // are generation 0 every time: a fixed job whose ranks shut down and init again (in step)
+  // add their init count, so that no init reads the addresses of an earlier one.
+  prefix_ = "g" + std::to_string(place_.generation);
+  if (!assigned) prefix_ += "/i" + std::to_string(n);
+  HVD_RETURN_IF_ERROR(GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
+                                             "the job (Gloo)", &world_));
+  g_abort_rank.store(place_.rank);
+  return Status::OK();
+}
+
+Status GlooWorld::allgather(const std::vector<int64_t>& mine, std::vector<int64_t>* all) {
+  all->resize(mine.size() * static_cast<size_t>(place_.size));
+  return world_->allgather(mine.data(), mine.size() * sizeof(int64_t), all->data());
+}
+
+Status GlooWorld::broadcast(std::vector<int>* values, int count) {
+  values->resize(static_cast<size_t>(count));
+  return world_->broadcast(values->data(), values->size() * sizeof(int), 0);
+}
+
+Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& config,
+                           std::unique_ptr<SetPlanes>* out) {
+  out->reset();
+  const std::string prefix = prefix_ + "/set" + std::to_string(sets_made_++);
+  int me = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == place_.rank) me = static_cast<int>(i);
+  }
+  if (me < 0) return Status::OK();  // not a member
+  const int n = static_cast<int>(ranks.size());
+  const std::string name = "process set " + std::to_string(id);
+  auto planes = std::make_unique<GlooSetPlanes>();
+  HVD_RETURN_IF_ERROR(
+      GlooBootstrap::connect(&job_, prefix + "/data", me, n, name, &planes->bootstrap));
+  std::shared_ptr<gloo::Context> control;
+  HVD_RETURN_IF_ERROR(
+      connect_group(job_, prefix + "/control", me, n, name + " (control)", &control));
+  TransportContext ctx;
+  ctx.set_id = id;
+  ctx.layout.global_ranks = ranks;
+  ctx.layout.size = n;
+  ctx.layout.rank = me;
+  ctx.bootstrap = planes->bootstrap.get();
+  ctx.config = &config;
+  ctx.world_size = place_.size;
+  ctx.local_rank = place_.local_rank;
+  ctx.local_size = place_.local_size;
+  ctx.cores_shared = cores_shared(place_.local_size);
+  planes->control = std::make_unique<GlooControlPlane>(std::move(control), name);
+  if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
+    planes->control = make_shm_control_plane(*ctx.bootstrap, id, test_host(ctx),
+                                             max_and_words(config.cache_capacity), ctx.cores_shared,
+                                             std::move(planes->control));
+  }
+  planes->transports = std::make_unique<TransportRegistry>();
+  register_transports(ctx, planes->transports.get());
+  *out = std::move(planes);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status make_gloo_world(const InitOptions& options, std::unique_ptr<World>* out) {
+  auto world = std::make_unique<GlooWorld>();
+  HVD_RETURN_IF_ERROR(world->init(options));
+  JobAborter aborter;
+  aborter.rank = abort_rank;
+  aborter.abort = abort_gloo_job;
+  set_job_aborter(aborter);
+  *out = std::move(world);
+  return Status::OK();
+}
+
+bool gloo_world_active() {
+  return g_active.load() > 0;
+}
+
+}  // namespace hvd

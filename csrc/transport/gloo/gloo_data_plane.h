@@ -1,0 +1,44 @@
+// Copyright horovod_cpp authors. The DataPlane over a Gloo context.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/data_plane.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace hvd {
+
+/// Every DataPlane call as a Gloo collective on one connected context (the group's; shared
+/// with its GlooBootstrap, and used by one thread at a time like it). A peer lost or silent
+/// for longer than the context's timeout fails the call with an ErrorCode::kInternal Status
+/// naming the group and the call; the context is then unusable, and so is this plane: the
+/// job shuts down and re-initializes. failures_are_fatal() is false: Gloo's timeout frees
+/// every surviving member, none is left inside the collective.
+class GlooDataPlane : public DataPlane {
+ public:
+  /// `group` names the group in errors.
+  GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string group);
+  const char* name() const override { return "gloo"; }
+  Status allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
+  Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
+  Status alltoallv(const void* in, const std::vector<int64_t>& send_bytes, void* out,
+                   const std::vector<int64_t>& recv_bytes) override;
+  Status reducescatter(const void* in, void* out, const std::vector<int64_t>& recv_counts,
+                       DataType dtype, ReduceOp op) override;
+  Status broadcast(void* buf, int64_t bytes, int root) override;
+  Status barrier() override;
+
+ private:
+  std::shared_ptr<gloo::Context> ctx_;
+  const std::string group_;
+  int rank_ = 0, size_ = 1;
+  /// reducescatter's whole reduced input (kept: its size repeats step after step).
+  std::vector<char> scratch_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,51 @@
+// Copyright horovod_cpp authors. What every Gloo group of a job is made from, and how.
+//
+// A group is a gloo::Context connected as a full mesh over Gloo's TCP device, its peers found
+// through a rendezvous store under a key prefix of its own (so that concurrent or later
+// groups never read each other's addresses). The job's World owns the store and the device;
+// the unit tests use Gloo's in-memory HashStore and loopback.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace hvd {
+
+/// Shared by every group of a job; outlives them all.
+struct GlooJob {
+  gloo::rendezvous::Store* store = nullptr;
+  std::shared_ptr<gloo::transport::Device> device;
+  /// How long connecting a group waits for its peers (HOROVOD_GLOO_TIMEOUT_SECONDS).
+  std::chrono::milliseconds connect_timeout{30000};
+  /// How long one collective waits for a peer (HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS).
+  std::chrono::milliseconds op_timeout{5000};
+  /// This rank's host (HOROVOD_HOSTNAME or gethostname()): split_host() groups by it.
+  std::string hostname;
+  /// CPU reductions are issued in pieces of at most this many bytes.
+  int64_t chunk_bytes = 4ll << 20;
+};
+
+/// Loopback TCP device (tests, and jobs whose store is local).
+std::shared_ptr<gloo::transport::Device> make_loopback_device();
+
+/// Connects member `rank` of `size` as a full mesh through `job.store` under `prefix`.
+/// Collective over the members. Failures (a peer that never came, a refused store) name
+/// `name`, the group.
+Status connect_group(const GlooJob& job, const std::string& prefix, int rank, int size,
+                     const std::string& name, std::shared_ptr<gloo::Context>* out);
+
+}  // namespace hvd

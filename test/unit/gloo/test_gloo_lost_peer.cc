@@ -1,0 +1,73 @@
+// Copyright horovod_cpp authors. A peer lost mid-collective: the survivors get an
+// ErrorCode::kInternal Status within the op timeout, then connect a new group and go on.
+#include <gloo/context.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+
+#include "gloo_threads.h"
+
+namespace hvd {
+namespace testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kOpTimeout = std::chrono::milliseconds(1000);
+
+// Ranks 0 and 1 allreduce while rank 2 `leaves` (closes its connections, or stays silent
+// until the others are done); then 0 and 1 connect a new group under a new prefix.
+void lose_rank_two(const std::string& prefix, bool close_connections) {
+  ThreadedGlooJob job(3, kOpTimeout);
+  std::atomic<int> survivors_done{0};
+  job.run(prefix, [&](int r, GlooBootstrap& world) {
+    std::unique_ptr<DataPlane> plane;
+    if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
+    std::vector<float> buf(1 << 16, 1.0f);
+    if (r == 2) {  // takes part in one allreduce, then leaves
+      if (!plane->allreduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum).ok())
+        job.fail(r, "first allreduce");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (close_connections) world.context()->closeConnections();
+      while (survivors_done.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    if (!plane->allreduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum).ok())
+      job.fail(r, "first allreduce");
+    const auto start = Clock::now();
+    Status s = plane->allreduce(buf.data(), static_cast<int64_t>(buf.size()), DataType::kFloat32,
+                                ReduceOp::kSum);
+    const auto waited = Clock::now() - start;
+    survivors_done.fetch_add(1);
+    if (s.ok()) return job.fail(r, "the allreduce without rank 2 succeeded");
+    if (s.code() != ErrorCode::kInternal)
+      job.fail(r, "code " + std::to_string(int(s.code())) + ": " + s.message());
+    if (s.message().find("gloo allreduce over test world failed") == std::string::npos) {
+      job.fail(r, "message does not name the call and group: " + s.message());
+    }
+    if (waited > kOpTimeout + std::chrono::seconds(3)) job.fail(r, "the failure took too long");
+    // The survivors start again as a job of two (a new generation's prefix).
+    std::unique_ptr<GlooBootstrap> next;
+    s = GlooBootstrap::connect(job.job(r), prefix + "/g1", r, 2, "second generation", &next);
+    if (!s.ok()) return job.fail(r, "reconnect: " + s.message());
+    std::unique_ptr<DataPlane> again;
+    next->make_data_plane(&again);
+    int64_t v = r + 1;
+    s = again->allreduce(&v, 1, DataType::kInt64, ReduceOp::kSum);
+    if (!s.ok() || v != 3) job.fail(r, "allreduce of the new group: " + s.message());
+  });
+  CHECK(job.failures() == std::vector<std::string>{});
+}
+
+}  // namespace
+
+TEST_CASE("gloo lost peer: closed connections fail the others' allreduce as kInternal", "[gloo]") {
+  lose_rank_two("lost_closed", true);
+}
+
+TEST_CASE("gloo lost peer: a silent peer fails the others' allreduce after the op timeout",
+          "[gloo]") {
+  lose_rank_two("lost_silent", false);
+}
+
+}  // namespace testing
+}  // namespace hvd
