@@ -74,8 +74,19 @@ def place_list(n, one_host):
     return gloo_launch.place_workers(hosts, n)
 
 
-@pytest.mark.parametrize("one_host", [False, True], ids=["hosts", "one_host"])
-def test_killed_peer_then_reinit_at_size_2(one_host):
+SHM_GAP = ("ranks of one host wait for a lost peer in the shared-memory transports up to "
+           "their own deadline (300 s; csrc/transport/shm), not HOROVOD_CPP_GLOO_OP_TIMEOUT_"
+           "SECONDS: issue 36's lost-peer rule is not met there yet")
+
+
+@pytest.mark.parametrize("one_host, extra_env", [
+    (False, {}),
+    (True, {"HOROVOD_CPP_SHM": "0"}),
+    pytest.param(True, {}, marks=pytest.mark.xfail(reason=SHM_GAP, strict=True)),
+], ids=["three_hosts", "one_host_gloo_only", "one_host_shared_memory"])
+def test_killed_peer_then_reinit_at_size_2(one_host, extra_env):
+    """Three hosts (distinct HOROVOD_HOSTNAMEs: Gloo between all), or one host (with shared
+    memory off: Gloo there too; with it on: the shared-memory transports)."""
     secret = gloo_launch.new_secret()
     store = rendezvous.StoreServer(secret).start()
     places = place_list(3, one_host)
@@ -88,7 +99,7 @@ def test_killed_peer_then_reinit_at_size_2(one_host):
             env.update(gloo_launch.worker_env(place, "127.0.0.1", store.port, secret,
                                               {"HOROVOD_GLOO": "1"}))
             env.update(HOROVOD_CPP_WORKER_ID=wid,
-                       HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S))
+                       HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S), **extra_env)
             p = subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
             procs.append(p)
@@ -100,6 +111,7 @@ def test_killed_peer_then_reinit_at_size_2(one_host):
         errors = lines.wait_for(r"^INTERNAL_ERROR", 2, OP_TIMEOUT_S + SLACK_S + 30)
         assert sorted(i for _, i, _ in errors) == [0, 1]
         for t, i, line in errors:
+            print(f"rank {i}: HorovodInternalError {t - t_kill:.2f} s after the kill")
             assert t - t_kill < OP_TIMEOUT_S + SLACK_S, (i, t - t_kill, line)
         survivors = place_list(2, one_host)
         for wid, place in zip(ids[:2], survivors):
