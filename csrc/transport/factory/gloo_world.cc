@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "transport/factory/gloo_world.h"
 
+#include <gloo/transport/tcp/device.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
-
-#include <gloo/transport/tcp/device.h>
 
 #include "common/fatal.h"
 #include "common/logging.h"
@@ -27,7 +26,9 @@ std::atomic<int> g_inits{0};        // Gloo inits made by this process: the assi
 std::atomic<int> g_active{0};       // live GlooWorlds
 std::atomic<int> g_abort_rank{-1};  // this rank, for the fixed-mode aborter
 
-int abort_rank() { return g_abort_rank.load(); }
+int abort_rank() {
+  return g_abort_rank.load();
+}
 // Fixed mode: the launcher (hvdrun --gloo) sees this worker fail and ends the others.
 void abort_gloo_job() {
   std::fprintf(stderr, "horovod_cpp: rank %d ends the Gloo job (exit status 1)\n", abort_rank());
@@ -129,29 +130,33 @@ class GlooWorld : public World {
   Place place_;
   std::unique_ptr<StoreClient> store_;
   GlooJob job_;
-  std::string prefix_;                     // g<generation>
-  std::unique_ptr<GlooBootstrap> world_;   // every rank: World::allgather/broadcast
-  int sets_made_ = 0;                      // make_set calls (collective): each set's key prefix
+  std::string prefix_;                    // g<generation>
+  std::unique_ptr<GlooBootstrap> world_;  // every rank: World::allgather/broadcast
+  int sets_made_ = 0;                     // make_set calls (collective): each set's key prefix
 };
 
 Status GlooWorld::init(const InitOptions& options) {
   g_active.fetch_add(1);  // undone by the destructor, whatever happens here
   if (options.use_comm) {
-    return Status::InvalidArgument("init(MPI_Comm) asks for MPI, but HOROVOD_GLOO selects the Gloo "
-                                   "controller (no MPI in such a job)");
+    return Status::InvalidArgument(
+        "init(MPI_Comm) asks for MPI, but HOROVOD_GLOO selects the Gloo "
+        "controller (no MPI in such a job)");
   }
   HVD_RETURN_IF_ERROR(GlooConfig::from_env(&config_));
   if (config_.rendezvous_addr.empty() || config_.rendezvous_port == 0) {
-    return Status::InvalidArgument("the Gloo controller needs HOROVOD_GLOO_RENDEZVOUS_ADDR and "
-                                   "HOROVOD_GLOO_RENDEZVOUS_PORT (hvdrun --gloo sets them)");
+    return Status::InvalidArgument(
+        "the Gloo controller needs HOROVOD_GLOO_RENDEZVOUS_ADDR and "
+        "HOROVOD_GLOO_RENDEZVOUS_PORT (hvdrun --gloo sets them)");
   }
   const int n = g_inits.fetch_add(1);
-  const auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+  const auto ms = [](double s) {
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  };
   job_.connect_timeout = ms(config_.timeout_seconds);
   job_.op_timeout = ms(config_.op_timeout_seconds);
   job_.hostname = host_name(config_);
-  const std::string where =
-      "the rendezvous store at " + config_.rendezvous_addr + ":" + std::to_string(config_.rendezvous_port);
+  const std::string where = "the rendezvous store at " + config_.rendezvous_addr + ":" +
+                            std::to_string(config_.rendezvous_port);
   HVD_RETURN_IF_ERROR(gloo_call(where, "connecting", [&] {
     store_ = std::make_unique<StoreClient>(config_.rendezvous_addr, int(config_.rendezvous_port),
                                            config_.secret, job_.connect_timeout);
@@ -159,7 +164,8 @@ Status GlooWorld::init(const InitOptions& options) {
   if (!config_.worker_id.empty() && (n > 0 || config_.rank < 0)) {
     const std::string key = "assign/" + config_.worker_id + "/" + std::to_string(n);
     std::vector<char> value;
-    HVD_RETURN_IF_ERROR(gloo_call(where, ("reading " + key).c_str(), [&] { value = store_->get(key); }));
+    HVD_RETURN_IF_ERROR(
+        gloo_call(where, ("reading " + key).c_str(), [&] { value = store_->get(key); }));
     HVD_RETURN_IF_ERROR(parse_assignment(key, std::string(value.begin(), value.end()), &place_));
   } else {
     HVD_RETURN_IF_ERROR(place_from_env(config_, &place_));
@@ -203,9 +209,11 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   const int n = static_cast<int>(ranks.size());
   const std::string name = "process set " + std::to_string(id);
   auto planes = std::make_unique<GlooSetPlanes>();
-  HVD_RETURN_IF_ERROR(GlooBootstrap::connect(&job_, prefix + "/data", me, n, name, &planes->bootstrap));
+  HVD_RETURN_IF_ERROR(
+      GlooBootstrap::connect(&job_, prefix + "/data", me, n, name, &planes->bootstrap));
   std::shared_ptr<gloo::Context> control;
-  HVD_RETURN_IF_ERROR(connect_group(job_, prefix + "/control", me, n, name + " (control)", &control));
+  HVD_RETURN_IF_ERROR(
+      connect_group(job_, prefix + "/control", me, n, name + " (control)", &control));
   TransportContext ctx;
   ctx.set_id = id;
   ctx.layout.global_ranks = ranks;
@@ -220,8 +228,8 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   planes->control = std::make_unique<GlooControlPlane>(std::move(control), name);
   if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
     planes->control = make_shm_control_plane(*ctx.bootstrap, id, test_host(ctx),
-                                             max_and_words(config.cache_capacity),
-                                             ctx.cores_shared, std::move(planes->control));
+                                             max_and_words(config.cache_capacity), ctx.cores_shared,
+                                             std::move(planes->control));
   }
   planes->transports = std::make_unique<TransportRegistry>();
   register_transports(ctx, planes->transports.get());
@@ -242,6 +250,8 @@ Status make_gloo_world(const InitOptions& options, std::unique_ptr<World>* out) 
   return Status::OK();
 }
 
-bool gloo_world_active() { return g_active.load() > 0; }
+bool gloo_world_active() {
+  return g_active.load() > 0;
+}
 
 }  // namespace hvd

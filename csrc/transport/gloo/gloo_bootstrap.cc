@@ -17,8 +17,12 @@ namespace hvd {
 
 GlooBootstrap::GlooBootstrap(const GlooJob* job, std::shared_ptr<gloo::Context> ctx,
                              std::string prefix, std::string name)
-    : job_(job), ctx_(std::move(ctx)), prefix_(std::move(prefix)), name_(std::move(name)),
-      rank_(ctx_->rank), size_(ctx_->size) {}
+    : job_(job),
+      ctx_(std::move(ctx)),
+      prefix_(std::move(prefix)),
+      name_(std::move(name)),
+      rank_(ctx_->rank),
+      size_(ctx_->size) {}
 
 Status GlooBootstrap::connect(const GlooJob* job, const std::string& prefix, int rank, int size,
                               std::string name, std::unique_ptr<GlooBootstrap>* out) {
@@ -68,14 +72,16 @@ Status GlooBootstrap::split_named(int color, int key, const std::string& suffix,
   // The new group: members of this color ordered by (key, rank here).
   std::vector<std::pair<int64_t, int>> members;
   for (int r = 0; r < size_; ++r) {
-    if (all[2 * static_cast<size_t>(r)] == color) members.push_back({all[2 * static_cast<size_t>(r) + 1], r});
+    if (all[2 * static_cast<size_t>(r)] == color)
+      members.push_back({all[2 * static_cast<size_t>(r) + 1], r});
   }
   std::sort(members.begin(), members.end());
   int new_rank = 0;
   for (size_t i = 0; i < members.size(); ++i) {
     if (members[i].second == rank_) new_rank = static_cast<int>(i);
   }
-  const std::string prefix = prefix_ + "/s" + std::to_string(splits_++) + "c" + std::to_string(color);
+  const std::string prefix =
+      prefix_ + "/s" + std::to_string(splits_++) + "c" + std::to_string(color);
   std::unique_ptr<GlooBootstrap> group;
   HVD_RETURN_IF_ERROR(connect(job_, prefix, new_rank, static_cast<int>(members.size()),
                               name_ + " / " + suffix, &group));

@@ -42,7 +42,8 @@ class GlooBootstrap : public Bootstrap {
 
  private:
   /// split() with the suffix that names the new group.
-  Status split_named(int color, int key, const std::string& suffix, std::unique_ptr<Bootstrap>* out);
+  Status split_named(int color, int key, const std::string& suffix,
+                     std::unique_ptr<Bootstrap>* out);
 
   const GlooJob* job_;
   std::shared_ptr<gloo::Context> ctx_;

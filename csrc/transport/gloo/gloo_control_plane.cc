@@ -80,7 +80,8 @@ Status GlooControlPlane::gather(const std::string& mine, std::vector<std::string
     for (int r = 1; r < size_; ++r) {
       const int64_t len = lengths_[static_cast<size_t>(r)];
       if (len < 0 || len > (int64_t{1} << 40)) {
-        throw std::runtime_error("rank " + std::to_string(r) + " sent a length of " + std::to_string(len));
+        throw std::runtime_error("rank " + std::to_string(r) + " sent a length of " +
+                                 std::to_string(len));
       }
       std::string& s = (*all)[static_cast<size_t>(r)];
       s.resize(static_cast<size_t>(len));
@@ -102,7 +103,8 @@ Status GlooControlPlane::broadcast(std::string* blob) {
       opts.setOutput(&len, 1);
       gloo::broadcast(opts);
     }
-    if (len < 0 || len > (int64_t{1} << 40)) throw std::runtime_error("rank 0 sent a length of " + std::to_string(len));
+    if (len < 0 || len > (int64_t{1} << 40))
+      throw std::runtime_error("rank 0 sent a length of " + std::to_string(len));
     blob->resize(static_cast<size_t>(len));
     if (len == 0) return;
     gloo::BroadcastOptions opts(ctx_);

@@ -46,10 +46,18 @@ Status GlooDataPlane::allreduce(void* buf, int64_t count, DataType dtype, Reduce
   if (op == ReduceOp::kAverage) op = ReduceOp::kSum;  // the caller divides
   return gloo_call(group_, "gloo allreduce", [&] {
     switch (dtype_size(dtype)) {
-      case 1: allreduce_words<uint8_t>(ctx_, buf, count, dtype, op); break;
-      case 2: allreduce_words<uint16_t>(ctx_, buf, count, dtype, op); break;
-      case 4: allreduce_words<uint32_t>(ctx_, buf, count, dtype, op); break;
-      default: allreduce_words<uint64_t>(ctx_, buf, count, dtype, op); break;
+      case 1:
+        allreduce_words<uint8_t>(ctx_, buf, count, dtype, op);
+        break;
+      case 2:
+        allreduce_words<uint16_t>(ctx_, buf, count, dtype, op);
+        break;
+      case 4:
+        allreduce_words<uint32_t>(ctx_, buf, count, dtype, op);
+        break;
+      default:
+        allreduce_words<uint64_t>(ctx_, buf, count, dtype, op);
+        break;
     }
   });
 }

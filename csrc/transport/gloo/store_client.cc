@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "transport/gloo/store_client.h"
 
+#include <gloo/common/error.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -11,8 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
-
-#include <gloo/common/error.h>
 
 namespace hvd {
 namespace {
@@ -50,10 +49,9 @@ uint32_t get_u32(const unsigned char* p) {
 
 StoreClient::StoreClient(const std::string& addr, int port, std::string secret,
                          std::chrono::milliseconds timeout)
-    : secret_(std::move(secret)),
-      where_(addr + ":" + std::to_string(port)),
-      timeout_(timeout) {
-  if (secret_.size() > kMaxSecret) fail("the secret is over " + std::to_string(kMaxSecret) + " bytes");
+    : secret_(std::move(secret)), where_(addr + ":" + std::to_string(port)), timeout_(timeout) {
+  if (secret_.size() > kMaxSecret)
+    fail("the secret is over " + std::to_string(kMaxSecret) + " bytes");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -164,7 +162,8 @@ StoreClient::Answer StoreClient::request(Op op, const std::string& key, const vo
     unsigned char answer[5];
     recv_all(answer, sizeof(answer), key.c_str());
     const uint32_t len = get_u32(answer + 1);
-    if (answer[0] > kBadRequest) fail("answered with an unknown status " + std::to_string(answer[0]));
+    if (answer[0] > kBadRequest)
+      fail("answered with an unknown status " + std::to_string(answer[0]));
     if (len > kMaxValue) fail("answered with a value of " + std::to_string(len) + " bytes");
     reply->resize(len);
     if (len > 0) recv_all(reply->data(), len, key.c_str());
@@ -202,28 +201,35 @@ std::vector<char> StoreClient::get(const std::string& key, std::chrono::millisec
   return reply;
 }
 
-std::vector<char> StoreClient::get(const std::string& key) { return get(key, timeout_); }
+std::vector<char> StoreClient::get(const std::string& key) {
+  return get(key, timeout_);
+}
 
-void StoreClient::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+void StoreClient::wait(const std::vector<std::string>& keys) {
+  wait(keys, timeout_);
+}
 
 void StoreClient::wait(const std::vector<std::string>& keys,
                        const std::chrono::milliseconds& timeout) {
   const auto deadline = Clock::now() + timeout;
   for (const std::string& key : keys) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     get(key, std::max(left, std::chrono::milliseconds(0)));
   }
 }
 
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   unsigned char v[8];
-  for (int i = 0; i < 8; ++i) v[i] = static_cast<unsigned char>(static_cast<uint64_t>(delta) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    v[i] = static_cast<unsigned char>(static_cast<uint64_t>(delta) >> (8 * i));
   std::vector<char> reply;
   if (request(kAdd, key, v, sizeof(v), 0, &reply) != kOk || reply.size() != 8) {
     fail("ADD '" + key + "' did not answer an 8-byte total");
   }
   uint64_t total = 0;
-  for (int i = 0; i < 8; ++i) total |= static_cast<uint64_t>(static_cast<unsigned char>(reply[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    total |= static_cast<uint64_t>(static_cast<unsigned char>(reply[i])) << (8 * i);
   return static_cast<int64_t>(total);
 }
 

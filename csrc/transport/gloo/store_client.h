@@ -9,13 +9,13 @@
 // transport catches it at its boundary (gloo_call.h).
 #pragma once
 
+#include <gloo/rendezvous/store.h>
+
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <gloo/rendezvous/store.h>
 
 namespace hvd {
 
@@ -40,7 +40,8 @@ class StoreClient : public gloo::rendezvous::Store {
   /// Waits up to the client's timeout for `key`.
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
   /// Adds `delta` to the int64 counter `key` (0 when absent); returns the new total.
   int64_t add(const std::string& key, int64_t delta);
   /// True when `key` exists (no wait).

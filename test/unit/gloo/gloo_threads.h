@@ -25,7 +25,8 @@ namespace testing {
 class ThreadedGlooJob {
  public:
   /// `hosts_of`: rank -> host name (default: all on "host0"); `op_timeout`: Gloo's wait.
-  explicit ThreadedGlooJob(int size, std::chrono::milliseconds op_timeout = std::chrono::seconds(10),
+  explicit ThreadedGlooJob(int size,
+                           std::chrono::milliseconds op_timeout = std::chrono::seconds(10),
                            std::function<std::string(int)> hosts_of = {})
       : jobs_(static_cast<size_t>(size)), failures_(static_cast<size_t>(size)) {
     for (int r = 0; r < size; ++r) {
@@ -43,8 +44,7 @@ class ThreadedGlooJob {
 
   /// Runs `fn(rank, world)` on one thread per rank, `world` connected over every rank
   /// under `prefix`; returns when all are done. A failed connect is recorded.
-  void run(const std::string& prefix,
-           const std::function<void(int, GlooBootstrap&)>& fn) {
+  void run(const std::string& prefix, const std::function<void(int, GlooBootstrap&)>& fn) {
     std::vector<std::thread> threads;
     for (int r = 0; r < size(); ++r) {
       threads.emplace_back([&, r] {

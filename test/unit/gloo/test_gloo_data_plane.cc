@@ -2,7 +2,6 @@
 // pairs: every call, every dtype and op, each element checked against a reference each rank
 // computes itself.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "common/half.h"
@@ -13,8 +12,8 @@ namespace hvd {
 namespace testing {
 namespace {
 
-const DataType kTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,
-                           DataType::kInt32,   DataType::kInt64,    DataType::kFloat16,
+const DataType kTypes[] = {DataType::kUInt8,    DataType::kInt8,    DataType::kInt16,
+                           DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
                            DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
                            DataType::kBool};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
@@ -51,21 +50,43 @@ int64_t reference(DataType t, ReduceOp op, int n, int64_t i) {
 
 void put(DataType t, void* p, int64_t i, int64_t v) {
   switch (t) {
-    case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kBool: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
-    case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
-    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(p)[i] = v; break;
-    case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = float_to_fp16(static_cast<float>(v)); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(p)[i] = static_cast<double>(v); break;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kInt16:
+      static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(p)[i] = v;
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = float_to_fp16(static_cast<float>(v));
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(static_cast<float>(v));
+      break;
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(p)[i] = static_cast<double>(v);
+      break;
   }
 }
 
 // Byte r*31 + i of what rank r sends (to rank `to` for alltoall).
-char byte_of(int r, int to, int64_t i) { return static_cast<char>(r * 31 + to * 7 + i); }
+char byte_of(int r, int to, int64_t i) {
+  return static_cast<char>(r * 31 + to * 7 + i);
+}
 
 void check_allreduce(ThreadedGlooJob& job, int r, DataPlane& plane, int64_t count) {
   const int n = job.size();
@@ -83,7 +104,8 @@ void check_allreduce(ThreadedGlooJob& job, int r, DataPlane& plane, int64_t coun
         continue;
       }
       for (int64_t i = 0; i < count; ++i) {
-        if (std::memcmp(&buf[static_cast<size_t>(i) * es], &want[static_cast<size_t>(i) * es], es) != 0) {
+        if (std::memcmp(&buf[static_cast<size_t>(i) * es], &want[static_cast<size_t>(i) * es],
+                        es) != 0) {
           job.fail(r, std::string("allreduce ") + dtype_name(t) + " " + reduce_op_name(op) +
                           " element " + std::to_string(i) + " differs");
           break;
@@ -145,16 +167,20 @@ void check_reducescatter_broadcast(ThreadedGlooJob& job, int r, DataPlane& plane
     std::vector<char> in(static_cast<size_t>(total) * es), out(static_cast<size_t>(r + 2) * es),
         want(out.size());
     for (int64_t i = 0; i < total; ++i) put(t, in.data(), i, input(t, ReduceOp::kSum, r, i));
-    for (int64_t i = 0; i < r + 2; ++i) put(t, want.data(), i, reference(t, ReduceOp::kSum, n, before + i));
+    for (int64_t i = 0; i < r + 2; ++i)
+      put(t, want.data(), i, reference(t, ReduceOp::kSum, n, before + i));
     const Status s = plane.reducescatter(in.data(), out.data(), counts, t, ReduceOp::kSum);
-    if (!s.ok() || out != want) job.fail(r, std::string("reducescatter ") + dtype_name(t) + " " + s.message());
+    if (!s.ok() || out != want)
+      job.fail(r, std::string("reducescatter ") + dtype_name(t) + " " + s.message());
   }
   for (int root = 0; root < n; ++root) {
     std::vector<char> buf(1000 + static_cast<size_t>(root));
-    for (size_t i = 0; i < buf.size(); ++i) buf[i] = r == root ? byte_of(root, 1, static_cast<int64_t>(i)) : 0;
+    for (size_t i = 0; i < buf.size(); ++i)
+      buf[i] = r == root ? byte_of(root, 1, static_cast<int64_t>(i)) : 0;
     const Status s = plane.broadcast(buf.data(), static_cast<int64_t>(buf.size()), root);
     bool same = s.ok();
-    for (size_t i = 0; i < buf.size() && same; ++i) same = buf[i] == byte_of(root, 1, static_cast<int64_t>(i));
+    for (size_t i = 0; i < buf.size() && same; ++i)
+      same = buf[i] == byte_of(root, 1, static_cast<int64_t>(i));
     if (!same) job.fail(r, "broadcast from " + std::to_string(root) + " " + s.message());
   }
   const Status s = plane.barrier();
@@ -185,7 +211,8 @@ TEST_CASE("gloo data plane: large allreduces (several Gloo segments) on 3 ranks"
     if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
     const int64_t count = 700001;  // over 1 MiB of float32: Gloo's ring cuts it into segments
     std::vector<float> buf(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) buf[static_cast<size_t>(i)] = static_cast<float>((r + 1) * (i % 1000));
+    for (int64_t i = 0; i < count; ++i)
+      buf[static_cast<size_t>(i)] = static_cast<float>((r + 1) * (i % 1000));
     const Status s = plane->allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum);
     if (!s.ok()) return job.fail(r, s.message());
     for (int64_t i = 0; i < count; ++i) {

@@ -1,7 +1,6 @@
 // Copyright horovod_cpp authors. GlooControlPlane and GlooBootstrap (exchanges, split,
 // split_host) with thread-ranks over real Gloo TCP pairs.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "gloo_threads.h"
@@ -15,7 +14,8 @@ TEST_CASE("gloo control plane: allreduce_and, gather, broadcast on 2, 3 and 4 ra
     ThreadedGlooJob job(n);
     job.run("cp" + std::to_string(n), [&](int r, GlooBootstrap&) {
       std::shared_ptr<gloo::Context> ctx;
-      Status s = connect_group(*job.job(r), "cp" + std::to_string(n) + "/control", r, n, "cp", &ctx);
+      Status s =
+          connect_group(*job.job(r), "cp" + std::to_string(n) + "/control", r, n, "cp", &ctx);
       if (!s.ok()) return job.fail(r, s.message());
       GlooControlPlane plane(ctx, "test set");
       for (int round = 0; round < 3; ++round) {
@@ -32,9 +32,12 @@ TEST_CASE("gloo control plane: allreduce_and, gather, broadcast on 2, 3 and 4 ra
           }
         }
         s = plane.allreduce_and(&words);
-        if (!s.ok() || words != want) job.fail(r, "allreduce_and round " + std::to_string(round) + " " + s.message());
+        if (!s.ok() || words != want)
+          job.fail(r, "allreduce_and round " + std::to_string(round) + " " + s.message());
         // Rank q's message: q * round characters 'a' + q (empty for rank 0 or round 0).
-        auto message = [&](int q) { return std::string(static_cast<size_t>(q * round * 100), static_cast<char>('a' + q)); };
+        auto message = [&](int q) {
+          return std::string(static_cast<size_t>(q * round * 100), static_cast<char>('a' + q));
+        };
         std::vector<std::string> all;
         s = plane.gather(message(r), &all);
         if (!s.ok()) job.fail(r, "gather: " + s.message());
@@ -46,8 +49,10 @@ TEST_CASE("gloo control plane: allreduce_and, gather, broadcast on 2, 3 and 4 ra
         std::string blob = r == 0 ? "responses of round " + std::to_string(round) : "stale";
         if (round == 1 && r == 0) blob.clear();
         s = plane.broadcast(&blob);
-        const std::string want_blob = round == 1 ? "" : "responses of round " + std::to_string(round);
-        if (!s.ok() || blob != want_blob) job.fail(r, "broadcast round " + std::to_string(round) + " " + s.message());
+        const std::string want_blob =
+            round == 1 ? "" : "responses of round " + std::to_string(round);
+        if (!s.ok() || blob != want_blob)
+          job.fail(r, "broadcast round " + std::to_string(round) + " " + s.message());
       }
     });
     INFO("ranks: " << n);
@@ -81,18 +86,21 @@ TEST_CASE("gloo bootstrap: allgather, broadcast, barrier, split and split_host",
     int32_t pair[2] = {};
     s = half->allgather(&mine, sizeof(mine), pair);
     const int first = r % 2 + 2, second = r % 2;
-    if (!s.ok() || pair[0] != 100 + first || pair[1] != 100 + second) job.fail(r, "split allgather " + s.message());
+    if (!s.ok() || pair[0] != 100 + first || pair[1] != 100 + second)
+      job.fail(r, "split allgather " + s.message());
     // split_host: the same members as the split (hosts a, b), in world order.
     std::unique_ptr<Bootstrap> host;
     s = world.split_host(&host);
     if (!s.ok()) return job.fail(r, "split_host: " + s.message());
     if (host->size() != 2 || host->rank() != r / 2) job.fail(r, "split_host placed it wrongly");
     s = host->allgather(&mine, sizeof(mine), pair);
-    if (!s.ok() || pair[0] != 100 + r % 2 || pair[1] != 102 + r % 2) job.fail(r, "host allgather " + s.message());
+    if (!s.ok() || pair[0] != 100 + r % 2 || pair[1] != 102 + r % 2)
+      job.fail(r, "host allgather " + s.message());
     // A second split of the same group gets keys of its own.
     std::unique_ptr<Bootstrap> whole;
     s = world.split(0, r, &whole);
-    if (!s.ok() || whole->size() != n || whole->rank() != r) job.fail(r, "second split " + s.message());
+    if (!s.ok() || whole->size() != n || whole->rank() != r)
+      job.fail(r, "second split " + s.message());
     std::unique_ptr<DataPlane> plane;
     if (s.ok() && whole->make_data_plane(&plane).ok()) {
       int64_t v = r;

@@ -1,10 +1,9 @@
 // Copyright horovod_cpp authors. A peer lost mid-collective: the survivors get an
 // ErrorCode::kInternal Status within the op timeout, then connect a new group and go on.
-#include <catch2/catch.hpp>
-
 #include <gloo/context.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 
 #include "gloo_threads.h"
 
@@ -25,20 +24,23 @@ void lose_rank_two(const std::string& prefix, bool close_connections) {
     if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
     std::vector<float> buf(1 << 16, 1.0f);
     if (r == 2) {  // takes part in one allreduce, then leaves
-      if (!plane->allreduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum).ok()) job.fail(r, "first allreduce");
+      if (!plane->allreduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum).ok())
+        job.fail(r, "first allreduce");
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       if (close_connections) world.context()->closeConnections();
       while (survivors_done.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return;
     }
-    if (!plane->allreduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum).ok()) job.fail(r, "first allreduce");
+    if (!plane->allreduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum).ok())
+      job.fail(r, "first allreduce");
     const auto start = Clock::now();
     Status s = plane->allreduce(buf.data(), static_cast<int64_t>(buf.size()), DataType::kFloat32,
                                 ReduceOp::kSum);
     const auto waited = Clock::now() - start;
     survivors_done.fetch_add(1);
     if (s.ok()) return job.fail(r, "the allreduce without rank 2 succeeded");
-    if (s.code() != ErrorCode::kInternal) job.fail(r, "code " + std::to_string(int(s.code())) + ": " + s.message());
+    if (s.code() != ErrorCode::kInternal)
+      job.fail(r, "code " + std::to_string(int(s.code())) + ": " + s.message());
     if (s.message().find("gloo allreduce over test world failed") == std::string::npos) {
       job.fail(r, "message does not name the call and group: " + s.message());
     }
@@ -62,7 +64,8 @@ TEST_CASE("gloo lost peer: closed connections fail the others' allreduce as kInt
   lose_rank_two("lost_closed", true);
 }
 
-TEST_CASE("gloo lost peer: a silent peer fails the others' allreduce after the op timeout", "[gloo]") {
+TEST_CASE("gloo lost peer: a silent peer fails the others' allreduce after the op timeout",
+          "[gloo]") {
   lose_rank_two("lost_silent", false);
 }
 

@@ -2,13 +2,12 @@
 // the test (the product's server is hvdrun's, in Python): the protocol of issue 36's
 // contract, a wrong secret, a missing key, a silent server, and Gloo groups connected
 // through the client.
-#include <catch2/catch.hpp>
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -195,7 +194,8 @@ TEST_CASE("store client: a wrong secret, a silent server and no server fail clea
 
   TestStoreServer mute(kSecret, /*mute=*/true);
   StoreClient silent("127.0.0.1", mute.port(), kSecret, std::chrono::milliseconds(300));
-  CHECK(failure_of([&] { silent.check("g0/k"); }).find("did not answer within 0.3 s") != std::string::npos);
+  CHECK(failure_of([&] { silent.check("g0/k"); }).find("did not answer within 0.3 s") !=
+        std::string::npos);
 
   int port = 0;
   {

@@ -5,7 +5,6 @@
 // output of ranks other than 0 is shown only when that rank failed.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -24,7 +23,8 @@ int main(int argc, char** argv) {
     if (old) std::cout.rdbuf(old);
   }
   if (rank != 0 && failures) {
-    std::cout << "==== output of rank " << rank << " (it failed) ====\n" << captured.str() << std::flush;
+    std::cout << "==== output of rank " << rank << " (it failed) ====\n"
+              << captured.str() << std::flush;
   }
   std::printf("horovod_cpp Gloo multi-rank verdict of rank %d: %s (%d failure(s))\n", rank,
               failures == 0 ? "PASSED" : "FAILED", failures);
