@@ -32,7 +32,8 @@ no_mpi_env=()
 for np_ in $NP_LIST; do
   hvdrun=("$PY" -m horovod_cpp.runner --gloo -np "$np_")
   if [ -x "$suite" ] && [ -f "$no_mpi" ]; then
-    step "C++ multi-rank suite, hvdrun --gloo -np $np_" 900 "${hvdrun[@]}" "${no_mpi_env[@]}" "$suite"
+    HVD_PYTHON="$PY" step "C++ multi-rank suite, hvdrun --gloo -np $np_" 900 \
+      bash test/unit/gloo/multirank/run_gloo_multirank.sh "$BUILD" "$np_"
   else
     echo "skipped: $suite (or $no_mpi) is not built"
   fi
