@@ -1,5 +1,5 @@
 """Fault tests of the Gloo controller with the real library (issue 36): a worker killed with
-SIGKILL in the middle of a long allreduce loop.
+SIGKILL in the middle of a long allreduce loop; a wrong secret and a vanished store at init().
 
 - Elastic-ready: 3 workers started by this harness exactly as the contract says (a store
   served here, the variables, `assign/<id>/0` keys); one is killed; the other two must get
@@ -168,3 +168,43 @@ def _worker_pid(hvdrun_pid, rank):
         if f"HOROVOD_RANK={rank}".encode() in env:
             return int(name)
     raise AssertionError(f"no child of hvdrun ({hvdrun_pid}) has HOROVOD_RANK={rank}")
+
+
+INIT_ONLY = ("import sys, horovod_cpp as hvd\n"
+             "try:\n    hvd.init()\nexcept Exception as e:\n"
+             "    print('INIT_ERROR', type(e).__name__, e, flush=True)\n    sys.exit(3)\n"
+             "print('INIT_OK', hvd.size(), flush=True)\n")
+
+
+def run_one_worker(store_port, secret, timeout_s=2):
+    """A job of one worker (rank 0 of 1) whose init() meets the store at `store_port`."""
+    place = place_list(1, True)[0]
+    env = dict(os.environ)
+    env.update(gloo_launch.worker_env(place, "127.0.0.1", store_port, secret,
+                                      {"HOROVOD_GLOO": "1"}))
+    env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(timeout_s)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", INIT_ONLY], env=env, capture_output=True,
+                         text=True, timeout=60)
+    return out, time.monotonic() - t0
+
+
+def test_wrong_secret_is_a_clear_init_error():
+    secret = gloo_launch.new_secret()
+    with rendezvous.StoreServer(secret) as store:
+        out, _ = run_one_worker(store.port, gloo_launch.new_secret())
+        good, _ = run_one_worker(store.port, secret)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "INIT_ERROR" in out.stdout and "secret" in out.stdout, out.stdout
+    assert good.returncode == 0 and "INIT_OK 1" in good.stdout, good.stdout + good.stderr
+
+
+def test_vanished_store_is_a_clear_init_error_within_the_timeout():
+    secret = gloo_launch.new_secret()
+    store = rendezvous.StoreServer(secret).start()
+    port = store.port
+    store.stop()  # nothing listens there any more
+    out, took = run_one_worker(port, secret, timeout_s=2)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "INIT_ERROR" in out.stdout and f"127.0.0.1:{port}" in out.stdout, out.stdout
+    assert took < 2 + SLACK_S, took
