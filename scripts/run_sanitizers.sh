@@ -30,7 +30,7 @@ configure_and_build() {  # dir, cmake flags...
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHOROVOD_CPP_BUILD_TESTS=ON \
     -DHOROVOD_CPP_BUILD_EXAMPLES=OFF -DHOROVOD_CPP_BUILD_PYTHON=OFF \
     -DHOROVOD_CPP_WITH_CUDA=OFF -DHOROVOD_CPP_WITH_TORCH=OFF "$@" >/dev/null
-  cmake --build "$dir" -j"$JOBS" --target hvd_unit_tests hvd_mpi_tests \
+  cmake --build "$dir" -j"$JOBS" --target hvd_unit_tests hvd_gloo_unit_tests hvd_mpi_tests \
     fuzz_wire fuzz_controller fuzz_config fuzz_json_escape fuzz_execute hvd_corrupt
 }
 

@@ -161,7 +161,8 @@ Status GlooWorld::init(const InitOptions& options) {
     store_ = std::make_unique<StoreClient>(config_.rendezvous_addr, int(config_.rendezvous_port),
                                            config_.secret, job_.connect_timeout);
   }));
-  if (!config_.worker_id.empty() && (n > 0 || config_.rank < 0)) {
+  const bool assigned = !config_.worker_id.empty() && (n > 0 || config_.rank < 0);
+  if (assigned) {
     const std::string key = "assign/" + config_.worker_id + "/" + std::to_string(n);
     std::vector<char> value;
     HVD_RETURN_IF_ERROR(
@@ -180,7 +181,11 @@ Status GlooWorld::init(const InitOptions& options) {
     }
     job_.device = gloo::transport::tcp::CreateDevice(attr);
   }));
+  // An assignment's generation is new for every membership. Places from the environment
+  // are generation 0 every time: a fixed job whose ranks shut down and init again (in step)
+  // add their init count, so that no init reads the addresses of an earlier one.
   prefix_ = "g" + std::to_string(place_.generation);
+  if (!assigned) prefix_ += "/i" + std::to_string(n);
   HVD_RETURN_IF_ERROR(GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
                                              "the job (Gloo)", &world_));
   g_abort_rank.store(place_.rank);

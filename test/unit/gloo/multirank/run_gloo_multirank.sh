@@ -12,5 +12,8 @@ shift 2
 dir="$build/test/unit/gloo/multirank"
 export PYTHONPATH="$build/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 export LD_PRELOAD="$dir/libhvd_no_mpi_init.so${LD_PRELOAD:+:$LD_PRELOAD}"
-exec timeout 600 "${HVD_PYTHON:-python3}" -m horovod_cpp.runner --gloo -np "$np_" \
-  "$dir/hvd_gloo_multirank_tests" "$@"
+# The suite shuts down and inits again in every case, in step on every rank, as a fixed job
+# does: without HOROVOD_CPP_WORKER_ID the places come from the environment each time (with
+# it, every init after the first would wait for an assignment in the store).
+exec timeout 900 "${HVD_PYTHON:-python3}" -m horovod_cpp.runner --gloo -np "$np_" \
+  env -u HOROVOD_CPP_WORKER_ID "$dir/hvd_gloo_multirank_tests" "$@"
