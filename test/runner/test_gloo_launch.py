@@ -93,6 +93,16 @@ def test_placement_follows_horovod():
     assert gloo_launch.assignment(got[3]) == "3,5,0,2,1,2,0"
 
 
+def test_fixed_job_answers_every_generation():
+    places = gloo_launch.place_workers(hosts.parse_hosts("a:2,b:1"), 3)
+    resolve = gloo_launch.fixed_assignments(places)
+    assert resolve("assign/b:0/0") == "2,3,0,1,1,2,0"
+    assert resolve("assign/a:1/7") == "1,3,1,2,0,1,7"
+    for key in ["assign/c:0/1", "assign/a:0/x", "assign/a:0/", "assign/a:0/1234567890",
+                "other/a:0/1", "assign/a:0", "g0/assign/a:0/1"]:
+        assert resolve(key) is None, key
+
+
 def test_worker_env_and_secret():
     a = cli.parse_args(["--gloo", "-np", "2", "--gloo-timeout-seconds", "7",
                         "--network-interface", "eth1", "--cycle-time-ms", "3", "x"])

@@ -277,3 +277,21 @@ def test_many_clients_at_once(store):
     for t in threads:
         t.join(10)
     assert results == [("OK", b"1")] * 64
+
+
+def test_resolver_answers_missing_keys():
+    asked = []
+
+    def resolve(key):
+        asked.append(key)
+        return "made" if key.startswith("auto/") else None
+
+    with rendezvous.StoreServer(SECRET, resolve=resolve) as s:
+        c = client(s)
+        assert c.get("auto/1", 0) == ("OK", b"made")
+        assert c.check("auto/2") == "OK"
+        assert c.get("plain", 100) == ("TIMEOUT", b"")
+        assert c.set("auto/3", b"set") == "OK"
+        assert c.get("auto/3", 0) == ("OK", b"set")  # a stored value wins; not asked
+        assert c.get("auto/1", 0) == ("OK", b"made")  # kept; not asked again
+    assert asked == ["auto/1", "auto/2", "plain"]

@@ -149,12 +149,13 @@ def _launch_gloo(args, hosts, np_, source):
             print(str(e), file=sys.stderr)
             return 3
     try:
-        store = rendezvous.StoreServer(secret, host=store_addr).start()
+        store = rendezvous.StoreServer(secret, host=store_addr,
+                                       resolve=gloo_launch.fixed_assignments(places)).start()
     except OSError as e:
         print(f"hvdrun: cannot serve the rendezvous on {store_addr}: {e}", file=sys.stderr)
         return 2
     try:
-        for place in places:
+        for place in places:  # generation 0 written up front; later ones on demand (resolve)
             store.set(f"assign/{gloo_launch.worker_id(place)}/0", gloo_launch.assignment(place))
         specs = gloo_specs(args, places, store_addr, store.port, secret, os.environ,
                            checks.is_local)

@@ -61,6 +61,22 @@ def assignment(place, generation=0):
             f"{place.cross_rank},{place.cross_size},{generation}")
 
 
+def fixed_assignments(places):
+    """The store's resolver for a fixed job (hvdrun --gloo): `assign/<id>/<n>` is the worker's
+    own place at generation n, for every n, so that shutdown() + init() works in every worker
+    as often as the program does it (all workers re-initialize together, as under MPI)."""
+    by_id = {worker_id(p): p for p in places}
+
+    def resolve(key):
+        head, _, n = key.rpartition("/")
+        prefix, _, wid = head.partition("/")
+        if prefix != "assign" or wid not in by_id or not n.isdigit() or len(n) > 9:
+            return None
+        return assignment(by_id[wid], int(n))
+
+    return resolve
+
+
 def new_secret():
     """The job's secret: 64 hex characters (256 random bits)."""
     return secrets.token_hex(32)

@@ -56,10 +56,15 @@ class StoreServer:
     in constant time; a wrong one is answered DENIED and the connection closed.
     """
 
-    def __init__(self, secret, host="127.0.0.1", port=0, idle_timeout=IDLE_TIMEOUT_S):
+    def __init__(self, secret, host="127.0.0.1", port=0, idle_timeout=IDLE_TIMEOUT_S,
+                 resolve=None):
+        """`resolve(key: str)`, when given, is asked for a key that GET or CHECK does not
+        find; bytes it returns become the key's value (None: still absent). hvdrun answers
+        every `assign/<id>/<n>` of a fixed job with it."""
         if not secret or len(secret.encode()) > MAX_SECRET:
             raise ValueError(f"the secret must be 1 to {MAX_SECRET} bytes")
         self._secret = secret.encode()
+        self._resolve = resolve
         self._idle_timeout = idle_timeout
         self._data = {}
         self._cond = threading.Condition()
@@ -119,8 +124,15 @@ class StoreServer:
         """The value of `key`, waiting up to `timeout_s`; None on timeout or stop."""
         key = key.encode() if isinstance(key, str) else key
         with self._cond:
+            self._resolve_locked(key)
             self._cond.wait_for(lambda: key in self._data or self._stopping, timeout_s)
             return self._data.get(key)
+
+    def _resolve_locked(self, key):
+        if self._resolve is not None and key not in self._data:
+            value = self._resolve(key.decode("ascii"))
+            if value is not None:
+                self._data[key] = value.encode() if isinstance(value, str) else bytes(value)
 
     def add(self, key, delta):
         """Adds `delta` to the int64 counter `key` (absent = 0); returns the new total."""
@@ -139,6 +151,7 @@ class StoreServer:
     def check(self, key):
         key = key.encode() if isinstance(key, str) else key
         with self._cond:
+            self._resolve_locked(key)
             return key in self._data
 
     # ---- serving ---------------------------------------------------------------------------
