@@ -49,7 +49,8 @@ Status PeerWatch::check(const char* what) const {
   while (r < n && (r == rank_ || process_alive(pids_[static_cast<size_t>(r)]))) ++r;
   if (r == n) return Status::OK();
   return Status(lost_code_, "process set " + std::to_string(set_id_) + ": rank " +
-                                std::to_string(r) + " (pid " + std::to_string(pids_[static_cast<size_t>(r)]) +
+                                std::to_string(r) + " (pid " +
+                                std::to_string(pids_[static_cast<size_t>(r)]) +
                                 ") died while this rank waited for it in " + what);
 }
 
