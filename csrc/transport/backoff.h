@@ -52,6 +52,18 @@ class Backoff {
   /// Time since construction, as of the last clock read in pause() (for deadlines).
   Clock::duration elapsed() const { return elapsed_; }
 
+  /// True once the wait has lasted kWatchAfter, then at most once per kWatchEvery (as of the
+  /// last clock read): when a waiter checks that the peers it waits for still live (a system
+  /// call or two, so never in the first microseconds, where peers usually arrive). Costs a
+  /// comparison per poll, no clock read.
+  bool watch_due() {
+    if (elapsed_ < next_watch_) return false;
+    next_watch_ = elapsed_ + kWatchEvery;
+    return true;
+  }
+  static constexpr Clock::duration kWatchAfter = std::chrono::milliseconds(20);
+  static constexpr Clock::duration kWatchEvery = std::chrono::milliseconds(50);
+
  private:
   static constexpr long kMaxSleepNs = 200 * 1000;
   const Clock::time_point start_;
@@ -61,6 +73,7 @@ class Backoff {
   unsigned polls_ = 0;
   long sleep_ns_ = 5 * 1000;
   Clock::duration elapsed_{0};
+  Clock::duration next_watch_ = kWatchAfter;
 };
 
 }  // namespace hvd

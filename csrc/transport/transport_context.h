@@ -32,6 +32,9 @@ struct TransportContext {
   /// This host's ranks outnumber the cores they may run on: waits yield the core while they
   /// spin (see MpiContext::cores_shared()).
   bool cores_shared = true;
+  /// The code of the error a transport gives when a peer's process dies (shm's PeerWatch):
+  /// kInternal under the Gloo controller (the survivors may init() again), else kBackend.
+  ErrorCode lost_peer_code = ErrorCode::kBackend;
 };
 
 /// The host that HOROVOD_CPP_TEST_RANKS_PER_HOST gives this rank of the set (its global rank

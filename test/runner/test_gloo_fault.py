@@ -74,15 +74,10 @@ def place_list(n, one_host):
     return gloo_launch.place_workers(hosts, n)
 
 
-SHM_GAP = ("ranks of one host wait for a lost peer in the shared-memory transports up to "
-           "their own deadline (300 s; csrc/transport/shm), not HOROVOD_CPP_GLOO_OP_TIMEOUT_"
-           "SECONDS: issue 36's lost-peer rule is not met there yet")
-
-
 @pytest.mark.parametrize("one_host, extra_env", [
     (False, {}),
     (True, {"HOROVOD_CPP_SHM": "0"}),
-    pytest.param(True, {}, marks=pytest.mark.xfail(reason=SHM_GAP, strict=True)),
+    (True, {}),
 ], ids=["three_hosts", "one_host_gloo_only", "one_host_shared_memory"])
 def test_killed_peer_then_reinit_at_size_2(one_host, extra_env):
     """Three hosts (distinct HOROVOD_HOSTNAMEs: Gloo between all), or one host (with shared

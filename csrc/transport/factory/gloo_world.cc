@@ -230,11 +230,12 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   ctx.local_rank = place_.local_rank;
   ctx.local_size = place_.local_size;
   ctx.cores_shared = cores_shared(place_.local_size);
+  ctx.lost_peer_code = ErrorCode::kInternal;  // a lost peer is hvd::InternalError under Gloo
   planes->control = std::make_unique<GlooControlPlane>(std::move(control), name);
   if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
     planes->control = make_shm_control_plane(*ctx.bootstrap, id, test_host(ctx),
                                              max_and_words(config.cache_capacity), ctx.cores_shared,
-                                             std::move(planes->control));
+                                             std::move(planes->control), ctx.lost_peer_code);
   }
   planes->transports = std::make_unique<TransportRegistry>();
   register_transports(ctx, planes->transports.get());

@@ -165,6 +165,7 @@ std::unique_ptr<Transport> make_hier_transport(const TransportContext& ctx) {
       if (shm) why = "shared memory failed on another host";
       shm.reset();
     }
+    if (shm) shm->peer_watch().set_lost_code(ctx.lost_peer_code);
   }
   if (!shm) {
     HVD_LOG(kInfo) << "process set " << ctx.set_id << ": no hierarchical CPU collectives (" << why

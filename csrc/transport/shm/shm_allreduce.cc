@@ -19,6 +19,10 @@ namespace hvd {
 namespace {
 
 constexpr size_t kHeaderBytes = 4096;
+// Far beyond any live peer's lateness inside a collective: a dead peer is caught by PeerWatch
+// within ~50 ms instead; the deadline is for a live peer that stopped (or a watch that is off).
+// Not capped by the Gloo op timeout: a live peer descheduled on a loaded host must not fail
+// the job.
 constexpr auto kDeadline = std::chrono::seconds(300);
 
 std::string shm_name(const std::string& tag, int rank) {
@@ -190,13 +194,15 @@ Status ShmAllreduce::wait_all(int which, uint64_t target) {
 // at most; the spin yields every few polls only when ranks outnumber cores: a yield hands the
 // core away for a time slice), then sleeps with a growing back-off (at most 200 us), so a rank
 // waiting for a descheduled peer gives up its core; a peer that does not arrive within the
-// deadline is an error, never a hang.
+// deadline is an error, never a hang. A wait that lasts checks that the peer still runs
+// (PeerWatch): a dead peer fails it at once, long before the deadline.
 Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
   std::atomic<uint64_t>& c = header(r)->counter[which];
   if (c.load(std::memory_order_acquire) >= target) return Status::OK();
   Backoff wait(std::chrono::milliseconds(1), 63, yield_core_);
   while (c.load(std::memory_order_acquire) < target) {
     wait.pause();
+    if (wait.watch_due()) HVD_RETURN_IF_ERROR(watch_.check("a shared-memory collective"));
     if (wait.elapsed() > kDeadline) {
       return Status::Backend("shared memory: rank " + std::to_string(r) + " did not arrive within " +
                              std::to_string(static_cast<long long>(kDeadline.count())) + " s");

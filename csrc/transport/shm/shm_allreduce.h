@@ -18,8 +18,9 @@
 // owns it, so its value does not depend on its place in a fused batch.
 //
 // Background thread only. Waits spin briefly (yielding only where ranks outnumber cores),
-// then sleep; a peer that does not arrive within the deadline turns into an error, never a
-// hang.
+// then sleep; a wait that lasts checks every ~50 ms that the peer still runs (PeerWatch), so a
+// dead peer fails the collective at once; a live peer that does not arrive within the
+// deadline turns into an error, never a hang.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "transport/shm/gather_paths.h"
+#include "transport/shm/peer_watch.h"
 #include "common/status.h"
 #include "horovod_cpp/types.h"
 
@@ -82,6 +84,8 @@ class ShmAllreduce {
   uint32_t path_votes();
   /// Ranks outnumber cores on this host: waits yield the core while they spin.
   void set_yield_core(bool yield) { yield_core_ = yield; }
+  /// The peers' processes, checked by every wait that lasts (off until its setup()).
+  PeerWatch& peer_watch() { return watch_; }
 
   /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
   /// multiplies floating-point results by `scale` and divides integer results by `divisor`
@@ -211,6 +215,7 @@ class ShmAllreduce {
   /// small block freed since (malloc_consolidate), ~70,000 instructions a cycle in workload d.
   std::vector<int64_t> starts_;
   GatherPaths paths_;  // off unless enable_measured_paths()
+  PeerWatch watch_;    // off unless make_shm_allreduce() turned it on
   bool costs_changed_ = false;  // a timed call since path_votes() last counted
   uint32_t votes_ = 0;          // path_votes()'s last count
 };

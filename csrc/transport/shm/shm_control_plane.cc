@@ -9,6 +9,7 @@
 #include <new>
 
 #include "transport/backoff.h"
+#include "transport/shm/peer_watch.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/shm/shm_setup.h"
 #include "common/logging.h"
@@ -22,7 +23,7 @@ constexpr auto kNegotiationDeadline = std::chrono::seconds(600);
 class ShmControlPlane : public ControlPlane {
  public:
   ShmControlPlane(std::unique_ptr<ControlPlane> fallback, unsigned char* map, size_t map_bytes,
-                  size_t slot_bytes, size_t max_words, bool yield_core)
+                  size_t slot_bytes, size_t max_words, bool yield_core, PeerWatch watch)
       : fallback_(std::move(fallback)),
         rank_(fallback_->rank()),
         size_(fallback_->size()),
@@ -30,7 +31,8 @@ class ShmControlPlane : public ControlPlane {
         map_bytes_(map_bytes),
         slot_bytes_(slot_bytes),
         max_words_(max_words),
-        yield_core_(yield_core) {}
+        yield_core_(yield_core),
+        watch_(std::move(watch)) {}
   ~ShmControlPlane() override { munmap(map_, map_bytes_); }
 
   int rank() const override { return rank_; }
@@ -56,6 +58,7 @@ class ShmControlPlane : public ControlPlane {
   unsigned char* map_;
   const size_t map_bytes_, slot_bytes_, max_words_;
   const bool yield_core_;
+  const PeerWatch watch_;
   uint64_t round_ = 0;  // rounds done through shared memory (the same on every rank)
 };
 
@@ -81,13 +84,17 @@ Status ShmControlPlane::allreduce_and(std::vector<uint64_t>* words) {
 // The deadline is far beyond any live peer's lateness (a peer busy computing its next step
 // still cycles on its idle heartbeat, at most 32 cycle times apart), so it only turns a peer
 // that stopped negotiating without dying, or a segment overwritten from outside, into an
-// error instead of a hang.
+// error instead of a hang. A peer that died is caught sooner: a wait that lasts checks every
+// ~50 ms that the peer still runs (PeerWatch). The deadline is not capped by the Gloo op
+// timeout: a live peer may spend longer than that computing its next step (a heartbeat
+// delayed on a loaded host), and that must not fail the job.
 Status ShmControlPlane::wait_round(int r, uint64_t round) const {
   const std::atomic<uint64_t>& c = round_of(r);
   if (c.load(std::memory_order_acquire) >= round) return Status::OK();
   Backoff wait(std::chrono::microseconds(50), yield_core_ ? 15u : 63u, yield_core_);
   while (c.load(std::memory_order_acquire) < round) {
     wait.pause();
+    if (wait.watch_due()) HVD_RETURN_IF_ERROR(watch_.check("the shared-memory negotiation"));
     if (wait.elapsed() > kNegotiationDeadline) {
       return Status::Backend(
           "shared-memory negotiation: rank " + std::to_string(r) + " did not arrive within " +
@@ -136,7 +143,8 @@ unsigned char* map_segment(Bootstrap& group, int rank, int size, size_t slot, co
 
 std::unique_ptr<ControlPlane> make_shm_control_plane(Bootstrap& group, int set_id, int host,
                                                      size_t max_words, bool yield_core,
-                                                     std::unique_ptr<ControlPlane> fallback) {
+                                                     std::unique_ptr<ControlPlane> fallback,
+                                                     ErrorCode lost_code) {
   std::string why_not, tag;
   if (!on_one_host(group, host, &why_not) || !segment_tag(group, set_id, &tag, &why_not)) {
     HVD_LOG(kDebug) << "process set " << set_id << ": negotiation over MPI: " << why_not;
@@ -151,8 +159,16 @@ std::unique_ptr<ControlPlane> make_shm_control_plane(Bootstrap& group, int set_i
     HVD_LOG(kWarning) << "process set " << set_id << ": negotiation over MPI: " << why_not;
     return fallback;
   }
+  PeerWatch watch;
+  if (!watch.setup(group, set_id)) {
+    munmap(map, bytes);
+    HVD_LOG(kWarning) << "process set " << set_id << ": negotiation over MPI: exchanging the "
+                      << "ranks' process ids failed";
+    return fallback;
+  }
+  watch.set_lost_code(lost_code);
   return std::make_unique<ShmControlPlane>(std::move(fallback), map, bytes, slot, max_words,
-                                           yield_core);
+                                           yield_core, std::move(watch));
 }
 
 }  // namespace hvd

@@ -32,8 +32,11 @@ namespace hvd {
 /// could map the segment; otherwise `fallback` itself, on every rank (the reason is logged).
 /// `max_words`: the longest vector that goes through shared memory (longer ones use
 /// `fallback`). `yield_core`: ranks outnumber cores, so waits yield while they spin.
+/// A peer that dies while a rank waits for it fails the negotiation within ~50 ms with a Status
+/// of `lost_code` (PeerWatch::set_lost_code(): kInternal under the Gloo controller).
 std::unique_ptr<ControlPlane> make_shm_control_plane(Bootstrap& group, int set_id, int host,
                                                      size_t max_words, bool yield_core,
-                                                     std::unique_ptr<ControlPlane> fallback);
+                                                     std::unique_ptr<ControlPlane> fallback,
+                                                     ErrorCode lost_code = ErrorCode::kBackend);
 
 }  // namespace hvd

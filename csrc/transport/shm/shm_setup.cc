@@ -78,6 +78,14 @@ std::unique_ptr<ShmAllreduce> make_shm_allreduce(Bootstrap& group, int set_id, i
     *why_not = !s.ok() ? s.message() : "another rank failed the barrier after mapping";
     return nullptr;
   }
+  if (!shm->peer_watch().setup(group, set_id)) {
+    *why_not = "exchanging the ranks' process ids failed";
+    return nullptr;
+  }
+  if (!shm->peer_watch().enabled()) {
+    HVD_LOG(kInfo) << "process set " << set_id << ": a rank cannot see its peers' processes "
+                   << "(pid namespaces): a dead peer is noticed at the shared-memory deadline only";
+  }
   if (single_copy_bytes < 0 && measured_min_bytes <= 0) return shm;
   if (all_agree(group, shm->probe_single_copy())) {
     if (single_copy_bytes >= 0) shm->enable_single_copy(single_copy_bytes, single_copy_max_bytes);

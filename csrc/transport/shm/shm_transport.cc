@@ -191,7 +191,10 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
                              ? 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.layout.rank + 1)
                              : 0,
                          &why_not, test_host(ctx));
-  if (shm) shm->set_yield_core(ctx.cores_shared);
+  if (shm) {
+    shm->set_yield_core(ctx.cores_shared);
+    shm->peer_watch().set_lost_code(ctx.lost_peer_code);
+  }
   if (!shm) {
     if (ctx.layout.size > 1) {
       HVD_LOG(kInfo) << "process set " << ctx.set_id << ": shared-memory allreduce unavailable ("
