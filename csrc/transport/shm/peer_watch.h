@@ -22,6 +22,13 @@ bool process_alive(pid_t pid);
 /// wait has lasted a while (Backoff::watch_due()). Off (every check passes) until setup().
 class PeerWatch {
  public:
+  PeerWatch() = default;
+  ~PeerWatch();
+  PeerWatch(PeerWatch&& other) noexcept;
+  PeerWatch& operator=(PeerWatch&& other) noexcept;
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
   /// Collective over `group`: learns every member's pid and turns the watch on when every
   /// member sees every other member's process (kill(pid, 0)), on every member alike. Where
   /// any does not (the ranks of one host in different pid namespaces, e.g. containers that
@@ -41,7 +48,15 @@ class PeerWatch {
   Status check(const char* what) const;
 
  private:
+  void close_all();
+
   std::vector<pid_t> pids_;  // by rank; empty: off
+  // By rank: /proc/<pid>/stat of each peer, opened once at setup and read again with pread()
+  // at every check (-1 for this rank, or where /proc is missing: kill() alone then). Held open
+  // so that a check opens no file (a descriptor count that moves during a long wait would read
+  // as a leak), and bound to the process itself: once it is reaped a read fails with ESRCH even
+  // if its pid is reused.
+  std::vector<int> stat_fds_;
   int rank_ = 0;
   int set_id_ = 0;
   ErrorCode lost_code_ = ErrorCode::kBackend;
