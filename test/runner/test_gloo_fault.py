@@ -94,7 +94,11 @@ def test_killed_peer_then_reinit_at_size_2(one_host, extra_env):
             env.update(gloo_launch.worker_env(place, "127.0.0.1", store.port, secret,
                                               {"HOROVOD_GLOO": "1"}))
             env.update(HOROVOD_CPP_WORKER_ID=wid,
-                       HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S), **extra_env)
+                       HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S),
+                       # The harness plays the membership driver: a survivor that learns of the
+                       # loss at once must not end the job (the fixed mode's abort grace) while
+                       # the other still waits out the op timeout before the new keys come.
+                       HOROVOD_CPP_ABORT_GRACE_SECONDS="60", **extra_env)
             p = subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
             procs.append(p)
