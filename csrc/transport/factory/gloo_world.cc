@@ -17,7 +17,6 @@
 #include "transport/gloo/gloo_call.h"
 #include "transport/gloo/gloo_control_plane.h"
 #include "transport/gloo/store_client.h"
-#include "transport/shm/shm_control_plane.h"
 
 namespace hvd {
 namespace {
@@ -232,13 +231,7 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   ctx.cores_shared = cores_shared(place_.local_size);
   ctx.lost_peer_code = ErrorCode::kInternal;  // a lost peer is hvd::InternalError under Gloo
   planes->control = std::make_unique<GlooControlPlane>(std::move(control), name);
-  if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
-    planes->control = make_shm_control_plane(*ctx.bootstrap, id, test_host(ctx),
-                                             max_and_words(config.cache_capacity), ctx.cores_shared,
-                                             std::move(planes->control), ctx.lost_peer_code);
-  }
-  planes->transports = std::make_unique<TransportRegistry>();
-  register_transports(ctx, planes->transports.get());
+  finish_set_planes(ctx, &planes->control, &planes->transports);
   *out = std::move(planes);
   return Status::OK();
 }

@@ -4,7 +4,6 @@
 #include "transport/mpi/mpi_bootstrap.h"
 #include "transport/mpi/mpi_control_plane.h"
 #include "transport/factory/transports.h"
-#include "transport/shm/shm_control_plane.h"
 #include "transport/control_plane.h"
 #include "common/fatal.h"
 #include "horovod_cpp_build_config.h"
@@ -121,13 +120,7 @@ Status MpiWorld::make_set(int id, const std::vector<int>& ranks, const Config& c
   ctx.cores_shared = mpi_.cores_shared();
   planes->control = std::make_unique<MpiControlPlane>(control, ctx.layout.rank, ctx.layout.size,
                                                      mpi_.cores_shared());
-  if (config.shm_enabled && config.shm_control) {  // the same choice on every rank
-    planes->control = make_shm_control_plane(
-        *ctx.bootstrap, id, test_host(ctx), max_and_words(config.cache_capacity),
-        mpi_.cores_shared(), std::move(planes->control));
-  }
-  planes->transports = std::make_unique<TransportRegistry>();
-  register_transports(ctx, planes->transports.get());
+  finish_set_planes(ctx, &planes->control, &planes->transports);
   *out = std::move(planes);
   return Status::OK();
 }

@@ -1,10 +1,11 @@
 // Copyright horovod_cpp authors.
 #include "transport/factory/transports.h"
 
+#include "horovod_cpp_build_config.h"
 #include "transport/hier/hier_transport.h"
 #include "transport/mpi/mpi_transport.h"
+#include "transport/shm/shm_control_plane.h"
 #include "transport/shm/shm_transport.h"
-#include "horovod_cpp_build_config.h"
 #if HOROVOD_CPP_HAVE_NCCL
 #include "transport/nccl/nccl_transport.h"
 #endif
@@ -18,6 +19,18 @@ void register_transports(const TransportContext& ctx, TransportRegistry* registr
 #if HOROVOD_CPP_HAVE_NCCL
   registry->add(make_nccl_transport(ctx));  // CUDA tensors
 #endif
+}
+
+void finish_set_planes(const TransportContext& ctx, std::unique_ptr<ControlPlane>* control,
+                       std::unique_ptr<TransportRegistry>* transports) {
+  const Config& config = *ctx.config;
+  if (config.shm_enabled && config.shm_control) {
+    *control = make_shm_control_plane(*ctx.bootstrap, ctx.set_id, test_host(ctx),
+                                      max_and_words(config.cache_capacity), ctx.cores_shared,
+                                      std::move(*control), ctx.lost_peer_code);
+  }
+  *transports = std::make_unique<TransportRegistry>();
+  register_transports(ctx, transports->get());
 }
 
 }  // namespace hvd
