@@ -7,8 +7,12 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
+#include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/host/cpu_ops.h"
 #include "transport/gloo/gloo_call.h"
@@ -35,6 +39,9 @@ void allreduce_words(const std::shared_ptr<gloo::Context>& ctx, void* buf, int64
   });
   gloo::allreduce(opts);
 }
+
+// Slots of our own point-to-point exchanges: a prefix none of Gloo's collectives uses.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x48;
 
 }  // namespace
 
@@ -86,22 +93,54 @@ Status GlooDataPlane::alltoallv(const void* in, const std::vector<int64_t>& send
   });
 }
 
-// Gloo has no reduce-scatter in its options API: the whole input is reduced (an allreduce of
-// a copy) and this rank keeps its block.
+// Gloo's options API has no reduce-scatter, and an allreduce moves twice the bytes one needs:
+// a ring over unbound buffers instead. At step s rank r sends its running sum of block
+// r-s-1 to its right neighbour and adds the left neighbour's sum of block r-s-2 into its own;
+// after size-1 steps block r has every rank's part, so each rank sends and receives
+// (size-1)/size of the input, as MPI_Reduce_scatter's ring does.
 Status GlooDataPlane::reducescatter(const void* in, void* out, const std::vector<int64_t>& counts,
                                     DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAverage) op = ReduceOp::kSum;  // the caller divides
   const size_t esize = dtype_size(dtype);
-  int64_t total = 0, before = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    if (static_cast<int>(r) == rank_) before = total;
-    total += counts[r];
+  const size_t n = static_cast<size_t>(size_);
+  std::vector<size_t> offset(n + 1, 0);
+  size_t largest = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const size_t bytes = static_cast<size_t>(counts[r]) * esize;
+    offset[r + 1] = offset[r] + bytes;
+    largest = std::max(largest, bytes);
   }
-  const size_t bytes = static_cast<size_t>(total) * esize;
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
-  if (bytes > 0) std::memcpy(scratch_.data(), in, bytes);
-  HVD_RETURN_IF_ERROR(allreduce(scratch_.data(), total, dtype, op));
-  const size_t mine = static_cast<size_t>(counts[static_cast<size_t>(rank_)]) * esize;
-  if (mine > 0) std::memcpy(out, scratch_.data() + static_cast<size_t>(before) * esize, mine);
+  const size_t me = static_cast<size_t>(rank_);
+  const size_t mine = offset[me + 1] - offset[me];
+  if (size_ == 1) {
+    if (mine > 0 && in != out) std::memmove(out, in, mine);
+    return Status::OK();
+  }
+  if (scratch_.size() < offset[n]) scratch_.resize(offset[n]);
+  if (incoming_.size() < largest) incoming_.resize(largest);
+  if (offset[n] > 0) std::memcpy(scratch_.data(), in, offset[n]);
+  const auto block = [&](int s) { return static_cast<size_t>(((rank_ - s) % size_ + size_) % size_); };
+  HVD_RETURN_IF_ERROR(gloo_call(group_, "gloo reducescatter", [&] {
+    auto sums = ctx_->createUnboundBuffer(scratch_.data(), std::max<size_t>(offset[n], 1));
+    auto from_left = ctx_->createUnboundBuffer(incoming_.data(), std::max<size_t>(largest, 1));
+    const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+    const auto timeout = ctx_->getTimeout();
+    for (int s = 0; s + 1 < size_; ++s) {
+      const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, static_cast<uint32_t>(s));
+      const size_t send = block(s + 1), recv = block(s + 2);
+      const size_t send_bytes = offset[send + 1] - offset[send];
+      const size_t recv_bytes = offset[recv + 1] - offset[recv];
+      if (send_bytes > 0) sums->send(right, slot, offset[send], send_bytes);
+      if (recv_bytes > 0) {
+        from_left->recv(left, slot, 0, recv_bytes);
+        if (!from_left->waitRecv(timeout)) throw std::runtime_error("receive aborted");
+        char* sum = scratch_.data() + offset[recv];
+        reduce_to(sum, sum, incoming_.data(), static_cast<int64_t>(recv_bytes / esize), dtype, op);
+      }
+      if (send_bytes > 0 && !sums->waitSend(timeout)) throw std::runtime_error("send aborted");
+    }
+  }));
+  if (mine > 0) std::memcpy(out, scratch_.data() + offset[me], mine);
   return Status::OK();
 }
 

@@ -37,8 +37,9 @@ class GlooDataPlane : public DataPlane {
   std::shared_ptr<gloo::Context> ctx_;
   const std::string group_;
   int rank_ = 0, size_ = 1;
-  /// reducescatter's whole reduced input (kept: its size repeats step after step).
-  std::vector<char> scratch_;
+  /// reducescatter's running sums of every block and the block coming from the left
+  /// neighbour (kept: their sizes repeat step after step).
+  std::vector<char> scratch_, incoming_;
 };
 
 }  // namespace hvd
