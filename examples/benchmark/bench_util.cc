@@ -47,6 +47,12 @@ void usage(const char* prog) {
       "  --gpu-alloc cuda|pool  memory of library-allocated outputs (allgather, alltoall,\n"
       "                         reducescatter): cuda = the library's cudaMalloc/cudaFree\n"
       "                         (default), pool = cudaMallocAsync on the benchmark's stream\n"
+      "Controller:\n"
+      "  --gloo                 horovod_cpp on the Gloo controller instead of MPI's (the raw-MPI\n"
+      "                         baselines unchanged): needs HOROVOD_GLOO_RENDEZVOUS_ADDR,\n"
+      "                         HOROVOD_GLOO_RENDEZVOUS_PORT and HOROVOD_CPP_RENDEZVOUS_SECRET of a\n"
+      "                         store (examples/benchmark/gloo_bench.sh serves one); each rank's\n"
+      "                         place comes from MPI (local ranks: MPI_COMM_TYPE_SHARED)\n"
       "Output:\n"
       "  --json FILE            also write every figure as JSON (plot with plot_bench.py)\n"
       "  --debug-corrupt        testing only: damage our results; the check must fail\n"
@@ -104,6 +110,10 @@ Options parse_args(int argc, char** argv, int rank, int* exit_code) {
     }
     if (a == "--gpu") {
       o.gpu = true;
+      continue;
+    }
+    if (a == "--gloo") {
+      o.gloo = true;
       continue;
     }
     if (i + 1 >= argc) {

@@ -36,6 +36,9 @@ struct Options {
   // GPU mode (--gpu, gpu_bench.cc): CUDA tensors, baseline raw NCCL. -W then takes
   // lat, many, big (default all three); many uses d_tensors x d_floats.
   bool gpu = false;
+  /// --gloo: our library runs the Gloo controller (its store given by the environment, the
+  /// places taken from MPI's ranks) while the raw-MPI baselines stay in the same run.
+  bool gloo = false;
   std::string gpu_alloc = "cuda";  ///< library-allocated outputs: cuda (its default) or pool
   std::vector<int64_t> lat_sizes = {4, 16, 64, 256, 1 << 10, 4 << 10};
   int lat_iters = 500;  ///< timed iterations per size of workload lat (warm-up: a tenth)

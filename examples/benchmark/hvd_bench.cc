@@ -9,11 +9,15 @@
 // separate duplicate, so the two never share a communicator.
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <exception>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "bench_util.h"
 #include "benchmarks.h"
@@ -36,6 +40,35 @@ std::string cpu_model() {
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   }
   return "unknown";
+}
+
+// --gloo: the Gloo contract's place variables from MPI's view of the job (the benchmark runs
+// under mpirun so that raw MPI is the baseline in the same run), then HOROVOD_GLOO=1.
+void gloo_places_from_mpi(MPI_Comm comm) {
+  int rank = 0, size = 1, local = 0, local_size = 1, cross = 0, cross_size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  MPI_Comm node, column;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_split(comm, local, rank, &column);
+  MPI_Comm_rank(column, &cross);
+  MPI_Comm_size(column, &cross_size);
+  MPI_Comm_free(&node);
+  MPI_Comm_free(&column);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::pair<const char*, std::string> vars[] = {
+      {"HOROVOD_GLOO", "1"},
+      {"HOROVOD_RANK", std::to_string(rank)},
+      {"HOROVOD_SIZE", std::to_string(size)},
+      {"HOROVOD_LOCAL_RANK", std::to_string(local)},
+      {"HOROVOD_LOCAL_SIZE", std::to_string(local_size)},
+      {"HOROVOD_CROSS_RANK", std::to_string(cross)},
+      {"HOROVOD_CROSS_SIZE", std::to_string(cross_size)},
+      {"HOROVOD_HOSTNAME", host}};
+  for (const auto& [name, value] : vars) setenv(name, value.c_str(), 1);
 }
 
 }  // namespace
@@ -72,11 +105,16 @@ int main(int argc, char** argv) {
   MPI_Get_library_version(mpi_version, &len);
   std::string mpi_line(mpi_version, static_cast<size_t>(len));
   mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
+  if (opts.gloo) gloo_places_from_mpi(comm);
   try {
-    hvd::init(MPI_COMM_WORLD);
+    if (opts.gloo) {
+      hvd::init();
+    } else {
+      hvd::init(MPI_COMM_WORLD);
+    }
     if (rank == 0) {
-      std::printf("# hvd_bench: %d ranks | %s | thread level %s | %s | %s\n", size,
-                  mpi_line.c_str(), provided == MPI_THREAD_MULTIPLE ? "multiple" : "lower",
+      std::printf("# hvd_bench: %d ranks | %s controller | %s | thread level %s | %s | %s\n",
+                  size, opts.gloo ? "Gloo" : "MPI", mpi_line.c_str(), provided == MPI_THREAD_MULTIPLE ? "multiple" : "lower",
                   cpu_model().c_str(), now_utc().c_str());
       std::printf("# times: median over steps of the slowest rank per step; ours (hvd) and raw "
                   "%s interleaved step by step\n", opts.gpu ? "NCCL" : "MPI");
@@ -98,6 +136,7 @@ int main(int argc, char** argv) {
     if (!opts.json_file.empty()) {
       bench::Json root = bench::Json::object();
       meta.set("mode", opts.gpu ? "gpu" : "cpu").set("baseline", opts.gpu ? "nccl" : "mpi");
+      meta.set("controller", opts.gloo ? "gloo" : "mpi");
       meta.set("ranks", size).set("mpi_library", mpi_line).set("cpu", cpu_model());
       meta.set("date_utc", now_utc()).set("wrong_total", static_cast<double>(wrong));
       root.set("meta", std::move(meta)).set("sweep", std::move(sweep));
