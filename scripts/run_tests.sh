@@ -26,6 +26,11 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
   fi
   "$VENV/bin/python" -m pip install -q . || fail "pip install (.venv)"
+  # pip builds the CUDA/NCCL path where the toolkit is (issue 41): nvcc here means it must have.
+  if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; then
+    "$VENV/bin/python" -c "import sys, horovod_cpp as h; print('pip build: CUDA', h.cuda_built(), 'NCCL', h.nccl_built()); sys.exit(0 if h.cuda_built() else 1)" \
+      || fail "pip install built no CUDA path although nvcc is here"
+  fi
   PYTHON="$VENV/bin/python" bash test/python/run_mpi_pytests.sh 2>&1 | tee "$SUMMARY.pytest" \
     || fail "pytest"
   # DDP peer benchmark, correctness only: both exchanges give the exact averaged-SGD parameters.
@@ -55,7 +60,8 @@ fi
 # with the TensorFlow op library, in a build folder of its own.
 TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
 if [ -x "$TF_VENV/bin/python" ]; then
-  "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || fail "pip install (TensorFlow venv)"
+  # CPU only there: the TensorFlow tests run on CPU, and the CUDA build is checked in .venv.
+  HOROVOD_CPP_WITH_CUDA=OFF "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || fail "pip install (TensorFlow venv)"
   PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow 2>&1 \
     | tee "$SUMMARY.pytest-tf" || fail "pytest (TensorFlow venv)"
   # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10).
