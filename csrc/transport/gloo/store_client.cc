@@ -4,11 +4,13 @@
 #include <gloo/common/error.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -25,12 +27,38 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return buf;
 }
 
-// One connection attempt to `ai`: the socket, or -1 (errno set).
-int try_connect(const addrinfo* ai) {
-  const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+// One connection attempt to `ai`, given up at `deadline`: the socket (blocking again), or -1
+// with errno set. The connect itself is non-blocking: toward an address whose packets are
+// dropped (a host cut off the network) a blocking connect waits out the kernel's SYN retries,
+// minutes past HOROVOD_GLOO_TIMEOUT_SECONDS.
+int try_connect(const addrinfo* ai, Clock::time_point deadline) {
+  const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                          ai->ai_protocol);
   if (fd < 0) return -1;
-  if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) return fd;
-  const int err = errno;
+  int err = 0;
+  if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+    err = errno;
+    while (err == EINPROGRESS || err == EINTR) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        err = ETIMEDOUT;
+        break;
+      }
+      pollfd pfd{fd, POLLOUT, 0};
+      const int r = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (r < 0) {
+        err = errno;
+        continue;
+      }
+      if (r == 0) continue;  // the deadline check above ends it
+      socklen_t len = sizeof(err);
+      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      break;
+    }
+  }
+  if (err == 0 && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) err = errno;
+  if (err == 0) return fd;
   ::close(fd);
   errno = err;
   return -1;
@@ -64,7 +92,7 @@ StoreClient::StoreClient(const std::string& addr, int port, std::string secret,
   int last_errno = 0;
   while (fd_ < 0) {
     for (const addrinfo* ai = res; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
-      fd_ = try_connect(ai);
+      fd_ = try_connect(ai, deadline);
       if (fd_ < 0) last_errno = errno;
     }
     if (fd_ >= 0 || Clock::now() >= deadline) break;

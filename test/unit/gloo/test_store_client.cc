@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "gloo_threads.h"
 #include "transport/gloo/store_client.h"
@@ -205,6 +206,36 @@ TEST_CASE("store client: a wrong secret, a silent server and no server fail clea
   const std::string refused = failure_of(
       [&] { StoreClient c("127.0.0.1", port, kSecret, std::chrono::milliseconds(300)); });
   CHECK(refused.find("could not connect within 0.3 s") != std::string::npos);
+}
+
+TEST_CASE("store client: a store whose SYNs go unanswered fails at the timeout", "[gloo]") {
+  // A listener that never accepts, its queue full: the kernel drops further SYNs on loopback
+  // as it would for a host cut off the network, so a blocking connect would wait out the SYN
+  // retries (1 s, 3 s, ...) whatever the timeout.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(::listen(listener, 0) == 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  std::vector<int> queued;
+  for (int i = 0; i < 4; ++i) {  // fills the accept queue (the backlog rounds up)
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    queued.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  const std::string stuck = failure_of(
+      [&] { StoreClient c("127.0.0.1", ntohs(a.sin_port), kSecret, std::chrono::milliseconds(300)); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int fd : queued) ::close(fd);
+  ::close(listener);
+  INFO(stuck);
+  CHECK(stuck.find("could not connect within 0.3 s") != std::string::npos);
+  CHECK(took < 0.9);  // the timeout, not the kernel's first SYN retry (1 s)
 }
 
 TEST_CASE("store client: Gloo groups connect through it (3 ranks, a second generation)", "[gloo]") {
