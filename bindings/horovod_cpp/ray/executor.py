@@ -50,13 +50,16 @@ class Settings:
 class WorkerError(RuntimeError):
     """A function failed on one or more workers.
 
-    `rank` is the first worker that failed (the cause; others often fail after it, e.g. with
-    HorovodInternalError in a collective that lost it), `failures` every (rank, error) in the
-    order they were seen, `cause` the first worker's own exception where Ray could return it,
+    `rank` is the worker that failed first for a reason of its own (the others then fail with
+    ShutdownError or HorovodInternalError in the collectives that lost it), `failures` every
+    (rank, error), that one first, `cause` the first worker's own exception where Ray could return it,
     and `still_running` the ranks that had not finished when the executor stopped waiting.
     """
 
     def __init__(self, size, failures, still_running):
+        # A worker whose function raised shuts horovod_cpp down (worker.py), so its peers'
+        # collectives fail too, and their errors may reach the driver first: those follow.
+        failures = sorted(failures, key=lambda f: _is_consequence(f[1]))
         self.rank, first = failures[0]
         self.failures = failures
         self.still_running = still_running
@@ -70,6 +73,14 @@ class WorkerError(RuntimeError):
             lines.append(f"ranks {still_running} were still running")
         lines.append(f"rank {self.rank}'s error:\n{first}")
         super().__init__("\n".join(lines))
+
+
+#: The errors a worker gets because another worker failed or shut down.
+_CONSEQUENCES = ("ShutdownError", "HorovodInternalError")
+
+
+def _is_consequence(err):
+    return type(getattr(err, "cause", None) or err).__name__ in _CONSEQUENCES
 
 
 def _first_line(err):

@@ -36,14 +36,22 @@ class Worker:
 
     def execute(self, fn):
         """fn(executable): the worker's persistent object (None without executable_cls)."""
-        return fn(self.executable)
+        return self.call(fn, [self.executable], {})
 
     def call(self, fn, args, kwargs):
-        """fn(*args, **kwargs)."""
-        return fn(*args, **kwargs)
+        """fn(*args, **kwargs). If it raises, horovod_cpp is shut down here before the error
+        goes back: the other workers' collectives then fail instead of waiting forever for
+        this one (as when a process of an mpirun job exits), and the next function on every
+        worker can init() the job again."""
+        try:
+            return fn(*args, **kwargs)
+        except BaseException:
+            self.close()
+            raise
 
     def close(self):
         """Ends horovod_cpp here if a function started it (a no-op otherwise)."""
-        if "horovod_cpp._basics" in sys.modules:
-            sys.modules["horovod_cpp._basics"].shutdown()
+        basics = sys.modules.get("horovod_cpp._basics")
+        if basics is not None:
+            basics.shutdown()
         return os.getpid()

@@ -1,0 +1,30 @@
+"""The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, no
+dashboard. Without Ray they are skipped, except in CI (CI=true), where they must run."""
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+if os.environ.get("CI") != "true":
+    pytest.importorskip("ray", reason="Ray is not installed (scripts/install_ray_env.sh)")
+
+import ray  # noqa: E402
+
+#: CPUs of the test cluster: room for the 3-worker jobs plus a spare one.
+NUM_CPUS = 4
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster for the whole session; the test modules' functions travel to the
+    actors by value (the actors cannot import test modules)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("test_ray") and getattr(mod, "__file__", "").startswith(here):
+            ray.cloudpickle.register_pickle_by_value(mod)
+    ray.init(num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=True)
+    yield ray
+    ray.shutdown()
