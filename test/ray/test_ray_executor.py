@@ -148,13 +148,16 @@ def reinit_job():
 
 
 def shm_job():
-    """A large allreduce (the shared-memory path on one host); returns the pid."""
+    """A large allreduce (the shared-memory path on one host); returns the pid and the
+    library's shared-memory segments this process maps (unlinked already, still mapped)."""
     import horovod_cpp as hvd
     hvd.init()
     got = hvd.allreduce(np.full(1 << 20, float(hvd.rank() + 1)), op=hvd.Sum, name="t.big")
     want = hvd.size() * (hvd.size() + 1) / 2
     assert np.all(got == want), (got[:4], want)
-    return os.getpid()
+    with open("/proc/self/maps") as f:
+        mapped = sorted({line.split()[5] for line in f if "/dev/shm/hvdcpp." in line})
+    return os.getpid(), mapped
 
 
 class Counter:
@@ -277,7 +280,10 @@ def pid_alive(pid):
 def test_shutdown_leaves_nothing(ray_cluster):
     ex = RayExecutor(settings(), num_workers=2)
     ex.start()
-    pids = ex.run(shm_job)
+    pids, mapped = zip(*ex.run(shm_job))
+    # The job took the shared-memory path: segments named after the first rank's pid.
+    assert all(m and all(name.startswith(f"/dev/shm/hvdcpp.{pids[0]}.") for name in m)
+               for m in mapped), mapped
     host, port = ex.store_address
     with socket.create_connection((host, port), timeout=5):
         pass  # the store serves while the job runs
@@ -289,7 +295,6 @@ def test_shutdown_leaves_nothing(ray_cluster):
         ray_cluster.available_resources()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((host, port), timeout=5)
-    # Segments are named /hvdcpp.<pid of the host's first rank>.<...>.
     left = [f for p in pids for f in glob.glob(f"/dev/shm/hvdcpp.{p}.*")]
     assert left == []
 
