@@ -1,5 +1,6 @@
 """RayExecutor on a local Ray cluster: collectives with 2 and 3 workers checked element by
-element, the digits job, a worker's failure, the executable object, and a clean shutdown.
+element, the digits job (examples/ray/train_digits_ray.py's training function), a worker's
+failure, the executable object, and a clean shutdown.
 
 The functions below run inside the actors (conftest sends this module by value). Each worker
 checks its own results against what it computes itself, then returns them so that the test
@@ -8,18 +9,34 @@ checks them again against the same expectation.
 
 import faulthandler
 import glob
+import importlib.util
 import os
 import socket
+import sys
 import time
 
 import numpy as np
 import pytest
+import ray
 
 from conftest import NUM_CPUS
 from horovod_cpp.ray import RayExecutor, WorkerError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIGITS = os.path.join(REPO, "examples", "data", "digits.csv.gz")
+EXAMPLE = os.path.join(REPO, "examples", "ray", "train_digits_ray.py")
+
+
+def digits_example():
+    """examples/ray/train_digits_ray.py as a module whose functions travel by value."""
+    if "train_digits_ray" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("train_digits_ray", EXAMPLE)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["train_digits_ray"] = module
+    module = sys.modules["train_digits_ray"]
+    ray.cloudpickle.register_pickle_by_value(module)
+    return module
 
 
 @pytest.fixture(autouse=True)
@@ -89,45 +106,6 @@ def check_results(got, want):
             np.testing.assert_allclose(got[key], want[key], rtol=1e-12, err_msg=key)
         else:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-
-
-def digits_job(path, epochs):
-    """The digits MLP of examples/python/train_digits.py: returns (held-out accuracy, the
-    flattened weights)."""
-    import gzip
-
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-    import horovod_cpp.torch as hvd
-    hvd.init()
-    torch.manual_seed(1234 + hvd.rank())  # different on every rank: the broadcast fixes it
-    torch.set_num_threads(1)
-    with gzip.open(path, "rt") as f:
-        rows = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    x, y = torch.from_numpy(rows[:, :64] / 16.0), torch.from_numpy(rows[:, 64].astype(np.int64))
-    perm = np.random.default_rng(0).permutation(len(y))
-    test_idx, train_idx = perm[:len(y) // 5], perm[len(y) // 5:]
-    mine = train_idx[hvd.rank()::hvd.size()]
-    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size(), momentum=0.9),
-        named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
-    steps = int(hvd.allreduce(torch.tensor(len(mine) // 32), op=hvd.Min).item())
-    for epoch in range(epochs):
-        order = torch.randperm(len(mine), generator=torch.Generator().manual_seed(epoch))
-        for step in range(steps):
-            idx = torch.from_numpy(mine)[order[step * 32:(step + 1) * 32]]
-            opt.zero_grad()
-            F.cross_entropy(model(x[idx]), y[idx]).backward()
-            opt.step()
-    with torch.no_grad():
-        acc = (model(x[test_idx]).argmax(1) == y[test_idx]).float().mean().item()
-    flat = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
-    return acc, flat
 
 
 def fail_job(bad_rank):
@@ -210,7 +188,8 @@ def test_digits_job(ray_cluster, n):
     ex.start()
     try:
         t0 = time.monotonic()
-        results = ex.run(digits_job, args=[DIGITS, 20])
+        # The example's training function (examples/python/train_digits.py's recipe).
+        results = ex.run(digits_example().train, args=[DIGITS, 20])
         print(f"digits on {n} workers: {time.monotonic() - t0:.1f} s, "
               f"accuracy {[round(a, 4) for a, _ in results]}")
     finally:
