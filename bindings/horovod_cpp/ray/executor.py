@@ -52,8 +52,8 @@ class WorkerError(RuntimeError):
 
     `rank` is the worker that failed first for a reason of its own (the others then fail with
     ShutdownError or HorovodInternalError in the collectives that lost it), `failures` every
-    (rank, error), that one first, `cause` the first worker's own exception where Ray could return it,
-    and `still_running` the ranks that had not finished when the executor stopped waiting.
+    (rank, error), that one first, `cause` that worker's own exception where Ray could return
+    it, and `still_running` the ranks that had not finished when the executor stopped waiting.
     """
 
     def __init__(self, size, failures, still_running):

@@ -46,7 +46,10 @@ class Worker:
         try:
             return fn(*args, **kwargs)
         except BaseException:
-            self.close()
+            try:
+                self.close()
+            except Exception:  # the function's own error is the one the driver must see
+                pass
             raise
 
     def close(self):
