@@ -1,5 +1,5 @@
-"""The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, no
-dashboard. Without Ray they are skipped, except in CI (CI=true), where they must run."""
+"""The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, 2 GPUs
+in name only, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they must run."""
 
 import os
 import sys
@@ -15,6 +15,8 @@ import ray  # noqa: E402
 
 #: CPUs of the test cluster: room for the 3-worker jobs plus a spare one.
 NUM_CPUS = 4
+#: GPUs Ray is told the cluster has (there are none: only what Ray hands out is tested).
+NUM_GPUS = 2
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +27,7 @@ def ray_cluster():
     for name, mod in list(sys.modules.items()):
         if name.startswith("test_ray") and getattr(mod, "__file__", "").startswith(here):
             ray.cloudpickle.register_pickle_by_value(mod)
-    ray.init(num_cpus=NUM_CPUS, include_dashboard=False, log_to_driver=True)
+    ray.init(num_cpus=NUM_CPUS, num_gpus=NUM_GPUS, include_dashboard=False,
+             log_to_driver=True)
     yield ray
     ray.shutdown()

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import ray
 
-from conftest import NUM_CPUS
+from conftest import NUM_CPUS, NUM_GPUS
 from horovod_cpp.ray import RayExecutor, WorkerError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -236,6 +236,31 @@ def test_executable_and_calls(ray_cluster):
         ex.shutdown()
     with pytest.raises(RuntimeError, match="start"):
         ex.run(lambda: 0)
+
+
+def gpu_view():
+    """What a worker sees of its GPUs (no horovod_cpp: the cluster's GPUs are declared, not
+    real)."""
+    import ray
+    return os.environ["CUDA_VISIBLE_DEVICES"], [str(g) for g in ray.get_gpu_ids()]
+
+
+def test_use_gpu_pins_the_hosts_gpus_in_local_rank_order(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=2, use_gpu=True)
+    ex.start()
+    try:
+        views = ex.run(gpu_view)
+        local_ranks = [p.local_rank for p in ex.places]
+    finally:
+        ex.shutdown()
+    own = [ids for _, ids in views]
+    assert all(len(ids) == 1 for ids in own) and own[0] != own[1], views
+    # Both workers see both GPUs, listed by local rank: device local_rank is their own.
+    listing = ",".join(ids[0] for ids in own)
+    for (visible, ids), local in zip(views, local_ranks):
+        assert visible == listing
+        assert visible.split(",")[local] == ids[0]
+    assert wait_for(lambda: ray_cluster.available_resources().get("GPU") == NUM_GPUS)
 
 
 def wait_for(cond, timeout_s=30.0):
