@@ -1,6 +1,8 @@
 """The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, 2 GPUs
-in name only, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they must run."""
+in name only, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they
+must run."""
 
+import importlib
 import os
 import sys
 
@@ -8,10 +10,16 @@ import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("ray", reason="Ray is not installed (scripts/install_ray_env.sh)")
+if os.environ.get("CI") == "true":
+    importlib.import_module("ray")  # CI installs Ray: there a missing one is an error
 
-import ray  # noqa: E402
+#: Each test module starts with `skip_without_ray()`: elsewhere no Ray skips them.
+SKIP_REASON = "Ray is not installed (scripts/install_ray_env.sh makes .venv-ray)"
+
+
+def skip_without_ray():
+    return pytest.importorskip("ray", reason=SKIP_REASON)
+
 
 #: CPUs of the test cluster: room for the 3-worker jobs plus a spare one.
 NUM_CPUS = 4
@@ -23,6 +31,7 @@ NUM_GPUS = 2
 def ray_cluster():
     """A local Ray cluster for the whole session; the test modules' functions travel to the
     actors by value (the actors cannot import test modules)."""
+    ray = skip_without_ray()
     here = os.path.dirname(os.path.abspath(__file__))
     for name, mod in list(sys.modules.items()):
         if name.startswith("test_ray") and getattr(mod, "__file__", "").startswith(here):

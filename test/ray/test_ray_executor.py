@@ -17,10 +17,11 @@ import time
 
 import numpy as np
 import pytest
-import ray
 
-from conftest import NUM_CPUS, NUM_GPUS
-from horovod_cpp.ray import RayExecutor, WorkerError
+from conftest import NUM_CPUS, NUM_GPUS, skip_without_ray
+
+ray = skip_without_ray()
+from horovod_cpp.ray import RayExecutor, WorkerError  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIGITS = os.path.join(REPO, "examples", "data", "digits.csv.gz")

@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+from conftest import skip_without_ray
+
+skip_without_ray()
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

@@ -4,8 +4,11 @@ executor's argument checks."""
 
 import pytest
 
-from horovod_cpp.ray import RayExecutor, placement
-from horovod_cpp.runner import gloo_launch
+from conftest import skip_without_ray
+
+skip_without_ray()
+from horovod_cpp.ray import RayExecutor, placement  # noqa: E402
+from horovod_cpp.runner import gloo_launch  # noqa: E402
 
 A = placement.ActorInfo
 
