@@ -308,3 +308,16 @@ def test_resources_beyond_the_cluster_time_out(ray_cluster):
     with pytest.raises(TimeoutError, match="did not reserve"):
         ex.start()
     assert wait_for(lambda: ray_cluster.available_resources().get("CPU") == NUM_CPUS)
+
+
+def test_shutdown_kills_a_stuck_worker(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=2)
+    ex.close_timeout_s = 2.0
+    ex.start()
+    pids = ex.run(os.getpid)
+    ex.run_remote(time.sleep, args=[3600])  # never returns: close() cannot run after it
+    t0 = time.monotonic()
+    ex.shutdown()
+    assert time.monotonic() - t0 < 20
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), f"workers {pids} still alive"
+    assert wait_for(lambda: ray_cluster.available_resources().get("CPU") == NUM_CPUS)

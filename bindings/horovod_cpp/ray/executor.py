@@ -215,11 +215,13 @@ class RayExecutor:
         workers, self._workers = self._workers, []
         self._places = []
         if workers:
+            deadline = time.monotonic() + self.close_timeout_s
             closing = [w.close.remote() for w in workers]
-            ray.wait(closing, num_returns=len(closing), timeout=self.close_timeout_s)
-            # Actor tasks run in order: each exits once close() is done.
+            # Actor tasks run in order: each actor exits once its close() is done.
             exits = [w.__ray_terminate__.remote() for w in workers]
-            ray.wait(exits, num_returns=len(exits), timeout=self.close_timeout_s)
+            for refs in (closing, exits):
+                ray.wait(refs, num_returns=len(refs),
+                         timeout=max(0.0, deadline - time.monotonic()))
             for w in workers:
                 ray.kill(w, no_restart=True)
         if self._pg is not None:
