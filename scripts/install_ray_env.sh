@@ -6,13 +6,10 @@
 # runs test/ray with it. Set HOROVOD_CPP_NO_RAY=1 to skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${HOROVOD_CPP_NO_RAY:-0}" = 1 ]; then
-  echo "install_ray_env: HOROVOD_CPP_NO_RAY=1, Ray environment not made"; exit 0
-fi
+source scripts/lib_venv.sh
+skip_env HOROVOD_CPP_NO_RAY "Ray environment"
 RAY_VENV=$(realpath -m "${RAY_VENV:-.venv-ray}")
-if [ ! -x "$RAY_VENV/bin/python" ]; then
-  /usr/bin/python3 -m venv --system-site-packages "$RAY_VENV"
-fi
+make_venv "$RAY_VENV" --system-site-packages
 "$RAY_VENV/bin/python" -m pip install -q --upgrade "ray>=2.9"
 # Ray must not have replaced what the torch tests run on.
 "$RAY_VENV/bin/python" -c "import ray, numpy, torch; print('install_ray_env: Ray', ray.__version__, 'numpy', numpy.__version__, 'torch', torch.__version__, 'in', '$RAY_VENV')"
