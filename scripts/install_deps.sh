@@ -15,3 +15,5 @@ $SUDO apt-get install -y -q --no-install-recommends \
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
 # TensorFlow 2 / Keras 3 in their own virtual environment (horovod_cpp.tensorflow, .keras).
 bash "$(dirname "$0")/install_tf_env.sh"
+# Ray in its own virtual environment (horovod_cpp.ray, test/ray).
+bash "$(dirname "$0")/install_ray_env.sh"

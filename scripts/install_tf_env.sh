@@ -5,12 +5,9 @@
 # the TensorFlow tests with it. Set HOROVOD_CPP_NO_TF=1 to skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${HOROVOD_CPP_NO_TF:-0}" = 1 ]; then
-  echo "install_tf_env: HOROVOD_CPP_NO_TF=1, TensorFlow environment not made"; exit 0
-fi
+source scripts/lib_venv.sh
+skip_env HOROVOD_CPP_NO_TF "TensorFlow environment"
 TF_VENV=$(realpath -m "${TF_VENV:-.venv-tf}")
-if [ ! -x "$TF_VENV/bin/python" ]; then
-  /usr/bin/python3 -m venv "$TF_VENV"
-fi
+make_venv "$TF_VENV"
 "$TF_VENV/bin/python" -m pip install -q --upgrade "tensorflow-cpu>=2.16" pytest
 "$TF_VENV/bin/python" -c "import tensorflow as tf, keras; print('install_tf_env: TensorFlow', tf.__version__, 'Keras', keras.__version__, 'in', '$TF_VENV')" 2>/dev/null

@@ -2,7 +2,8 @@
 # Runs every test: builds, runs CTest (unit tests, multi-rank tests under mpirun with 2, 3
 # and 4 ranks, package tests, GPU tests that skip without a device), then installs the Python
 # package into a venv and runs the Python tests under mpirun, and the TensorFlow/Keras tests from
-# their own venv (when scripts/install_tf_env.sh made it). Then the hardening runs
+# their own venv (when scripts/install_tf_env.sh made it), and the Ray tests from theirs
+# (scripts/install_ray_env.sh). Then the hardening runs
 # (docs/testing.md): the sanitizer builds (scripts/run_sanitizers.sh), a short fuzzing run
 # (scripts/run_fuzzers.sh) and the short soak (scripts/soak.py --short). Set SANITIZERS=0,
 # FUZZ=0 or SOAK=0 to skip one of them locally.
@@ -79,6 +80,20 @@ else
   echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"
 fi
 
+# Ray (horovod_cpp.ray): its own venv (scripts/install_ray_env.sh), one local Ray cluster
+# started by the tests. CI makes the venv, so there the tests must run.
+RAY_VENV=$(realpath -m "${RAY_VENV:-.venv-ray}")
+if [ -x "$RAY_VENV/bin/python" ]; then
+  "$RAY_VENV/bin/python" -m pip install -q . || fail "pip install (Ray venv)"
+  timeout --kill-after=30 1200 "$RAY_VENV/bin/python" -m pytest -p no:cacheprovider -q test/ray \
+    2>&1 | tee "$SUMMARY.pytest-ray" || fail "pytest test/ray (Ray venv)"
+elif [ "${CI:-}" = true ]; then
+  echo "Ray tests: no $RAY_VENV in CI (scripts/install_ray_env.sh should have made it)"
+  fail "Ray venv missing"
+else
+  echo "Ray tests skipped: no $RAY_VENV (made by scripts/install_ray_env.sh)"
+fi
+
 if [ "${SOAK:-1}" != 0 ]; then
   python3 scripts/soak.py --short --build-dir "$BUILD_DIR" || fail "soak"
   # The soak's check must catch a real leak (hvd_bench --debug-leak): a check that cannot fail
@@ -97,6 +112,7 @@ fi
 echo "=== summary ==="
 grep -h -E '^pytest: ' "$SUMMARY.pytest-tf" 2>/dev/null | sed 's/^pytest:/pytest (TensorFlow venv):/' || true
 grep -h -E '^pytest: ' "$SUMMARY.pytest" 2>/dev/null || true
+grep -h -E '^[0-9]+ (passed|failed)' "$SUMMARY.pytest-ray" 2>/dev/null | sed 's/^/pytest (Ray venv): /' || true
 grep -h -E 'tests passed, .* tests failed out of' "$SUMMARY.ctest" || true
 rm -f "$SUMMARY" "$SUMMARY".*
 if [ "$status" = 0 ]; then

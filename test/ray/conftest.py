@@ -1,0 +1,42 @@
+"""The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, 2 GPUs
+in name only, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they
+must run."""
+
+import importlib
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+if os.environ.get("CI") == "true":
+    importlib.import_module("ray")  # CI installs Ray: there a missing one is an error
+
+#: Each test module starts with `skip_without_ray()`: elsewhere no Ray skips them.
+SKIP_REASON = "Ray is not installed (scripts/install_ray_env.sh makes .venv-ray)"
+
+
+def skip_without_ray():
+    return pytest.importorskip("ray", reason=SKIP_REASON)
+
+
+#: CPUs of the test cluster: room for the 3-worker jobs plus a spare one.
+NUM_CPUS = 4
+#: GPUs Ray is told the cluster has (there are none: only what Ray hands out is tested).
+NUM_GPUS = 2
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster for the whole session; the test modules' functions travel to the
+    actors by value (the actors cannot import test modules)."""
+    ray = skip_without_ray()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("test_ray") and getattr(mod, "__file__", "").startswith(here):
+            ray.cloudpickle.register_pickle_by_value(mod)
+    ray.init(num_cpus=NUM_CPUS, num_gpus=NUM_GPUS, include_dashboard=False,
+             log_to_driver=True)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,323 @@
+"""RayExecutor on a local Ray cluster: collectives with 2 and 3 workers checked element by
+element, the digits job (examples/ray/train_digits_ray.py's training function), a worker's
+failure, the executable object, and a clean shutdown.
+
+The functions below run inside the actors (conftest sends this module by value). Each worker
+checks its own results against what it computes itself, then returns them so that the test
+checks them again against the same expectation.
+"""
+
+import faulthandler
+import glob
+import importlib.util
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import NUM_CPUS, NUM_GPUS, skip_without_ray
+
+ray = skip_without_ray()
+from horovod_cpp.ray import RayExecutor, WorkerError  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DIGITS = os.path.join(REPO, "examples", "data", "digits.csv.gz")
+EXAMPLE = os.path.join(REPO, "examples", "ray", "train_digits_ray.py")
+
+
+def digits_example():
+    """examples/ray/train_digits_ray.py as a module whose functions travel by value."""
+    if "train_digits_ray" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("train_digits_ray", EXAMPLE)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["train_digits_ray"] = module
+    module = sys.modules["train_digits_ray"]
+    ray.cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def per_test_timeout():
+    """A test that hangs dumps the stacks and ends the run instead of blocking CI."""
+    faulthandler.dump_traceback_later(float(os.environ.get("HVD_TEST_TIMEOUT_S", "300")),
+                                      exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def settings():
+    # A loaded CI machine starts actors slowly: a generous start timeout.
+    return RayExecutor.create_settings(timeout_s=120, placement_group_timeout_s=120)
+
+
+# ---- run inside the workers ------------------------------------------------------------------
+def seeded(k, shape):
+    """Rank k's integer data (exact sums whatever the reduction order)."""
+    return np.random.default_rng(1000 + k).integers(-1000, 1000, size=shape).astype(np.float64)
+
+
+def expected(r, n):
+    """What rank r of n must get from each collective of collectives_job()."""
+    total = sum(seeded(k, (5, 3)) for k in range(n))
+    stacked = np.stack([seeded(k, (5, 3)) for k in range(n)])
+    return {
+        "sum": total,
+        "average": total / n,
+        "min": stacked.min(axis=0),
+        "max": stacked.max(axis=0),
+        "allgather": np.concatenate([seeded(k, (k + 1, 3)) for k in range(n)]),
+        "broadcast": seeded(n - 1, (4,)),
+        "alltoall": np.concatenate([np.full((r + 1, 2), 100.0 * k + r) for k in range(n)]),
+        "alltoall_splits": np.full(n, r + 1),
+        "reducescatter": sum(seeded(k, (2 * n, 3)) for k in range(n))[2 * r:2 * r + 2],
+    }
+
+
+def collectives_job():
+    import horovod_cpp as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    sends = np.concatenate([np.full((j + 1, 2), 100.0 * r + j) for j in range(n)])
+    out, splits = hvd.alltoall(sends, splits=[j + 1 for j in range(n)], name="t.alltoall")
+    got = {
+        "sum": hvd.allreduce(seeded(r, (5, 3)), op=hvd.Sum, name="t.sum"),
+        "average": hvd.allreduce(seeded(r, (5, 3)), op=hvd.Average, name="t.avg"),
+        "min": hvd.allreduce(seeded(r, (5, 3)), op=hvd.Min, name="t.min"),
+        "max": hvd.allreduce(seeded(r, (5, 3)), op=hvd.Max, name="t.max"),
+        "allgather": hvd.allgather(seeded(r, (r + 1, 3)), name="t.allgather"),
+        "broadcast": hvd.broadcast(seeded(r, (4,)), root_rank=n - 1, name="t.bcast"),
+        "alltoall": out,
+        "alltoall_splits": np.asarray(splits),
+        "reducescatter": hvd.reducescatter(seeded(r, (2 * n, 3)), op=hvd.Sum, name="t.rs"),
+    }
+    check_results(got, expected(r, n))
+    place = (r, n, hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+    return place, got
+
+
+def check_results(got, want):
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert got[key].shape == want[key].shape, key
+        if key == "average":
+            np.testing.assert_allclose(got[key], want[key], rtol=1e-12, err_msg=key)
+        else:
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def fail_job(bad_rank):
+    import horovod_cpp as hvd
+    hvd.init()
+    if hvd.rank() == bad_rank:
+        raise ValueError(f"rank {bad_rank} fails on purpose")
+    # The bad rank never joins: the others' collective fails after the op timeout.
+    hvd.allreduce(np.ones(4), name="t.after_failure")
+    return "finished"
+
+
+def reinit_job():
+    import horovod_cpp as hvd
+    hvd.shutdown()
+    hvd.init()
+    return hvd.allreduce(np.array([float(hvd.rank())]), op=hvd.Sum, name="t.reinit")[0]
+
+
+def shm_job():
+    """A large allreduce (the shared-memory path on one host); returns the pid and the
+    library's shared-memory segments this process maps (unlinked already, still mapped)."""
+    import horovod_cpp as hvd
+    hvd.init()
+    got = hvd.allreduce(np.full(1 << 20, float(hvd.rank() + 1)), op=hvd.Sum, name="t.big")
+    want = hvd.size() * (hvd.size() + 1) / 2
+    assert np.all(got == want), (got[:4], want)
+    with open("/proc/self/maps") as f:
+        mapped = sorted({line.split()[5] for line in f if "/dev/shm/hvdcpp." in line})
+    return os.getpid(), mapped
+
+
+class Counter:
+    """The executable of test_executable: built once per worker by start()."""
+
+    def __init__(self, start, step=1):
+        self.value = start
+        self.step = step
+
+    def bump(self):
+        import horovod_cpp as hvd
+        hvd.init()
+        self.value += self.step * hvd.rank()
+        return self.value
+
+
+# ---- the tests -------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3])
+def test_collectives(ray_cluster, n):
+    ex = RayExecutor(settings(), num_workers=n)
+    ex.start()
+    try:
+        assert ex.store_address[0] == "127.0.0.1"  # every worker is on this node
+        results = ex.run(collectives_job)
+    finally:
+        ex.shutdown()
+    assert len(results) == n
+    for r, (place, got) in enumerate(results):
+        assert place == (r, n, r, n, 0, 1)  # one node: local rank = rank, one cross group
+        check_results(got, expected(r, n))
+
+
+def test_places_follow_the_actors_nodes(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=3)
+    ex.start()
+    try:
+        places = ex.places
+        seen = ex.run(lambda: __import__("os").environ["HOROVOD_CPP_WORKER_ID"])
+    finally:
+        ex.shutdown()
+    assert [p.rank for p in places] == [0, 1, 2]
+    assert len({p.host for p in places}) == 1
+    assert seen == [f"{places[0].host}:{r}" for r in range(3)]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_digits_job(ray_cluster, n):
+    ex = RayExecutor(settings(), num_workers=n)
+    ex.start()
+    try:
+        t0 = time.monotonic()
+        # The example's training function (examples/python/train_digits.py's recipe).
+        results = ex.run(digits_example().train, args=[DIGITS, 20])
+        print(f"digits on {n} workers: {time.monotonic() - t0:.1f} s, "
+              f"accuracy {[round(a, 4) for a, _ in results]}")
+    finally:
+        ex.shutdown()
+    for acc, _ in results:
+        assert acc >= 0.95
+    for _, flat in results[1:]:
+        np.testing.assert_array_equal(flat, results[0][1])
+
+
+def test_worker_failure_names_its_rank(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=3)
+    ex.start(extra_env_vars={"HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS": "2"})
+    try:
+        with pytest.raises(WorkerError) as info:
+            ex.run(fail_job, args=[2])
+        err = info.value
+        assert err.rank == 2
+        assert isinstance(err.cause, ValueError)
+        assert "worker rank 2 (of 3) failed: ValueError: rank 2 fails on purpose" in str(err)
+        # Rank 2's worker shut horovod_cpp down: the others' collective fails at once.
+        others = {rank: type(getattr(e, "cause", e)).__name__ for rank, e in err.failures[1:]}
+        assert set(others) == {0, 1}, err
+        assert set(others.values()) <= {"ShutdownError", "HorovodInternalError"}, err
+        assert err.still_running == []
+        # shutdown() + init() in every worker: the job works again.
+        assert ex.run(reinit_job) == [3.0, 3.0, 3.0]
+    finally:
+        ex.shutdown()
+
+
+def test_executable_and_calls(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=2)
+    ex.start(executable_cls=Counter, executable_args=[10], executable_kwargs={"step": 5},
+             extra_env_vars={"HVD_RAY_TEST_MARK": "seen"})
+    try:
+        assert ex.execute(lambda c: c.bump()) == [10, 15]
+        assert ex.execute(lambda c: c.bump()) == [10, 20]  # the object lives on
+        assert ex.execute_single(lambda c: (os.environ["HOROVOD_RANK"], c.value)) == ("0", 10)
+        assert ex.run(lambda k: os.environ["HVD_RAY_TEST_MARK"] + k, args=["!"]) == ["seen!"] * 2
+        refs = ex.run_remote(lambda base, add=0: base + add + int(os.environ["HOROVOD_RANK"]),
+                             args=[100], kwargs={"add": 1})
+        assert ray_cluster.get(refs) == [101, 102]
+    finally:
+        ex.shutdown()
+    with pytest.raises(RuntimeError, match="start"):
+        ex.run(lambda: 0)
+
+
+def gpu_view():
+    """What a worker sees of its GPUs (no horovod_cpp: the cluster's GPUs are declared, not
+    real)."""
+    import ray
+    return os.environ["CUDA_VISIBLE_DEVICES"], [str(g) for g in ray.get_gpu_ids()]
+
+
+def test_use_gpu_pins_the_hosts_gpus_in_local_rank_order(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=2, use_gpu=True)
+    ex.start()
+    try:
+        views = ex.run(gpu_view)
+        local_ranks = [p.local_rank for p in ex.places]
+    finally:
+        ex.shutdown()
+    own = [ids for _, ids in views]
+    assert all(len(ids) == 1 for ids in own) and own[0] != own[1], views
+    # Both workers see both GPUs, listed by local rank: device local_rank is their own.
+    listing = ",".join(ids[0] for ids in own)
+    for (visible, ids), local in zip(views, local_ranks):
+        assert visible == listing
+        assert visible.split(",")[local] == ids[0]
+    assert wait_for(lambda: ray_cluster.available_resources().get("GPU") == NUM_GPUS)
+
+
+def wait_for(cond, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_shutdown_leaves_nothing(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=2)
+    ex.start()
+    pids, mapped = zip(*ex.run(shm_job))
+    # The job took the shared-memory path: segments named after the first rank's pid.
+    assert all(m and all(name.startswith(f"/dev/shm/hvdcpp.{pids[0]}.") for name in m)
+               for m in mapped), mapped
+    host, port = ex.store_address
+    with socket.create_connection((host, port), timeout=5):
+        pass  # the store serves while the job runs
+    assert all(pid_alive(p) for p in pids)
+    ex.shutdown()
+    ex.shutdown()  # idempotent
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), f"workers {pids} still alive"
+    assert wait_for(lambda: ray_cluster.available_resources().get("CPU") == NUM_CPUS), \
+        ray_cluster.available_resources()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, port), timeout=5)
+    left = [f for p in pids for f in glob.glob(f"/dev/shm/hvdcpp.{p}.*")]
+    assert left == []
+
+
+def test_resources_beyond_the_cluster_time_out(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=NUM_CPUS + 1, placement_group_timeout_s=2)
+    with pytest.raises(TimeoutError, match="did not reserve"):
+        ex.start()
+    assert wait_for(lambda: ray_cluster.available_resources().get("CPU") == NUM_CPUS)
+
+
+def test_shutdown_kills_a_stuck_worker(ray_cluster):
+    ex = RayExecutor(settings(), num_workers=2)
+    ex.close_timeout_s = 2.0
+    ex.start()
+    pids = ex.run(os.getpid)
+    ex.run_remote(time.sleep, args=[3600])  # never returns: close() cannot run after it
+    t0 = time.monotonic()
+    ex.shutdown()
+    assert time.monotonic() - t0 < 20
+    assert wait_for(lambda: not any(pid_alive(p) for p in pids)), f"workers {pids} still alive"
+    assert wait_for(lambda: ray_cluster.available_resources().get("CPU") == NUM_CPUS)

@@ -1,0 +1,81 @@
+"""horovod_cpp.ray.placement (no cluster needed): places from the actors' nodes, host names,
+the store's address, the GPUs each worker sees, the placement group's shape; and the
+executor's argument checks."""
+
+import pytest
+
+from conftest import skip_without_ray
+
+skip_without_ray()
+from horovod_cpp.ray import RayExecutor, placement  # noqa: E402
+from horovod_cpp.runner import gloo_launch  # noqa: E402
+
+A = placement.ActorInfo
+
+
+def test_places_group_actors_by_node_in_first_seen_order():
+    # Ray put the actors on nodes b, a, b, a, b (actor order).
+    infos = [A("nb", "10.0.0.2", []), A("na", "10.0.0.1", []), A("nb", "10.0.0.2", []),
+             A("na", "10.0.0.1", []), A("nb", "10.0.0.2", [])]
+    got = placement.places(infos)
+    # Host 10.0.0.2 comes first (actor 0 is there): ranks 0..2 on it, in actor order.
+    want = gloo_launch.place_workers([("10.0.0.2", 3), ("10.0.0.1", 2)], 5)
+    assert got == [want[0], want[3], want[1], want[4], want[2]]
+    assert [(p.rank, p.local_rank, p.local_size, p.cross_rank, p.cross_size) for p in got] == [
+        (0, 0, 3, 0, 2), (3, 0, 2, 1, 2), (1, 1, 3, 0, 2), (4, 1, 2, 1, 2), (2, 2, 3, 0, 1)]
+
+
+def test_nodes_sharing_an_ip_are_separate_hosts():
+    infos = [A("aaaaaaaaaaaaXX", "10.0.0.1", []), A("bbbbbbbbbbbbYY", "10.0.0.1", []),
+             A("cccc", "10.0.0.3", [])]
+    assert placement.host_names(infos) == ["10.0.0.1~aaaaaaaaaaaa", "10.0.0.1~bbbbbbbbbbbb",
+                                           "10.0.0.3"]
+    places = placement.places(infos)
+    assert [(p.local_size, p.cross_size) for p in places] == [(1, 3)] * 3
+    # The worker ids are valid store keys (printable ASCII, no spaces).
+    for p in places:
+        wid = gloo_launch.worker_id(p)
+        assert all(0x21 <= ord(c) <= 0x7e for c in wid), wid
+
+
+def test_store_listens_on_loopback_only_for_a_one_node_job():
+    one = [A("n", "10.0.0.1", [])] * 2
+    two = one + [A("m", "10.0.0.2", [])]
+    assert placement.store_address("10.0.0.1", one) == "127.0.0.1"
+    assert placement.store_address("10.0.0.1", two) == "10.0.0.1"
+    # A driver outside the workers' node (a laptop attached to a cluster) is reached by IP.
+    assert placement.store_address("10.0.0.9", one) == "10.0.0.9"
+
+
+def test_each_worker_sees_its_hosts_gpus_in_local_rank_order():
+    infos = [A("na", "10.0.0.1", ["3"]), A("nb", "10.0.0.2", ["0"]),
+             A("na", "10.0.0.1", ["1"]), A("nb", "10.0.0.2", ["2"])]
+    places = placement.places(infos)
+    devices = placement.cuda_visible_devices(infos, places)
+    assert devices == ["3,1", "0,2", "3,1", "0,2"]
+    # Device local_rank of the list is the worker's own GPU.
+    for info, place, dev in zip(infos, places, devices):
+        assert dev.split(",")[place.local_rank] == info.gpu_ids[0]
+    assert placement.cuda_visible_devices([A("n", "x", [])], places[:1]) == [None]
+
+
+def test_placement_group_shapes():
+    assert placement.bundles(3, None, 1, 2, 0) == ([{"CPU": 2.0}] * 3, "PACK", [0, 1, 2])
+    assert placement.bundles(None, 2, 3, 1, 1) == (
+        [{"CPU": 3.0, "GPU": 3.0}] * 2, "STRICT_SPREAD", [0, 0, 0, 1, 1, 1])
+
+
+def test_executor_arguments_are_checked():
+    s = RayExecutor.create_settings(timeout_s=5)
+    with pytest.raises(ValueError, match="not both"):
+        RayExecutor(s, num_workers=2, num_hosts=1)
+    with pytest.raises(ValueError, match="not both and not neither"):
+        RayExecutor(s)
+    with pytest.raises(ValueError, match="num_workers must be a positive int"):
+        RayExecutor(s, num_workers=0)
+    with pytest.raises(ValueError, match="use_gpu"):
+        RayExecutor(s, num_workers=2, gpus_per_worker=1)
+    assert RayExecutor(s, num_hosts=2, num_workers_per_host=3).num_workers == 6
+    assert s.env() == {"HOROVOD_GLOO": "1", "HOROVOD_CONTROLLER": "gloo",
+                       "HOROVOD_GLOO_TIMEOUT_SECONDS": "5"}
+    assert RayExecutor.create_settings(nics="eth1").env()["HOROVOD_GLOO_IFACE"] == "eth1"
