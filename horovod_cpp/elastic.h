@@ -14,8 +14,8 @@
 //     for (; state.value("epoch") < epochs; ...) { ...; state.commit(); }
 //   });
 //
-// run() syncs the state from rank 0, calls the function, and on InternalError restores the
-// last commit and resets (shutdown(), init(), the reset callbacks), on HostsUpdatedInterrupt
+// run() syncs the state from rank 0, calls the function, and on InternalError (ShutdownError
+// too) restores the last commit and resets (shutdown(), init(), the reset callbacks), on HostsUpdatedInterrupt
 // resets keeping the state; then syncs and calls it again. Ranks of a new membership are
 // numbered survivors first, so rank 0 always holds the last commit.
 #pragma once
@@ -110,8 +110,8 @@ class TensorState : public State {
   std::map<std::string, int64_t> saved_values_;
 };
 
-/// Horovod's elastic loop: sync the state, call `fn`; on InternalError restore the last
-/// commit, on HostsUpdatedInterrupt keep the state; reset (shutdown(), init(), the state's
+/// Horovod's elastic loop: sync the state, call `fn`; on InternalError (or ShutdownError: a
+/// collective submitted after the runtime stopped for a lost peer) restore the last commit, on HostsUpdatedInterrupt keep the state; reset (shutdown(), init(), the state's
 /// reset callbacks) and go again. Returns when `fn` returns. A reset that fails (init()'s
 /// error, e.g. the driver ended the job) and any other exception propagate. hvd::init() must
 /// have been called before.

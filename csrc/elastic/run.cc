@@ -26,6 +26,10 @@ void run(State& state, const std::function<void(State&)>& fn) {
     } catch (const InternalError&) {
       // A peer was lost mid-step: the work since the commit may differ between ranks.
       state.restore();
+    } catch (const ShutdownError&) {
+      // The same loss seen by a collective submitted after the runtime stopped for it (as
+      // Python, where ShutdownError is a HorovodInternalError).
+      state.restore();
     } catch (const HostsUpdatedInterrupt&) {
       // Raised at a commit on every rank: the state is the committed one everywhere.
     }
