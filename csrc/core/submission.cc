@@ -45,11 +45,14 @@ void refuse_reduction(const TensorSubmit& q, ReduceOp op) {
     throw InvalidArgumentError(describe(q) + ": op average is not defined for bool tensors");
   }
   if (op == ReduceOp::kAdasum && !is_floating_point(dtype)) {
-    throw InvalidArgumentError(describe(q) + ": op adasum needs a floating-point tensor (float16, "
-                               "bfloat16, float32, float64), not " + dtype_name(dtype));
+    throw InvalidArgumentError(describe(q) +
+                               ": op adasum needs a floating-point tensor (float16, "
+                               "bfloat16, float32, float64), not " +
+                               dtype_name(dtype));
   }
   if (op == ReduceOp::kAdasum) {  // the only other refusal of Adasum
-    throw InvalidArgumentError(describe(q) + ": op adasum runs on CPU tensors only; this one is on " +
+    throw InvalidArgumentError(describe(q) +
+                               ": op adasum runs on CPU tensors only; this one is on " +
                                q.input->device.str() + " (copy it to the host first)");
   }
   throw InvalidArgumentError(describe(q) +

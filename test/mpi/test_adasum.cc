@@ -64,10 +64,14 @@ std::vector<std::vector<double>> inputs(DataType d, int seed, int64_t len, int n
 double tolerance(DataType d, double want) {
   const double scale = std::max(1.0, std::fabs(want));
   switch (d) {
-    case DataType::kFloat16: return 4e-3 * scale;
-    case DataType::kBFloat16: return 3e-2 * scale;
-    case DataType::kFloat32: return 1e-5 * scale;
-    default: return 1e-12 * scale;
+    case DataType::kFloat16:
+      return 4e-3 * scale;
+    case DataType::kBFloat16:
+      return 3e-2 * scale;
+    case DataType::kFloat32:
+      return 1e-5 * scale;
+    default:
+      return 1e-12 * scale;
   }
 }
 
@@ -103,8 +107,10 @@ TEST_CASE("adasum allreduce of single tensors matches the pairwise tree", "[adas
       ++seed;
       const auto all = inputs(d, seed, len, n);
       Buffer b(d, {len});
-      for (int64_t i = 0; i < len; ++i) b.set(i, all[static_cast<size_t>(me)][static_cast<size_t>(i)]);
-      const std::string name = std::string("adasum.one.") + hvd::dtype_name(d) + "." + std::to_string(len);
+      for (int64_t i = 0; i < len; ++i)
+        b.set(i, all[static_cast<size_t>(me)][static_cast<size_t>(i)]);
+      const std::string name =
+          std::string("adasum.one.") + hvd::dtype_name(d) + "." + std::to_string(len);
       // Waited one by one: never fused.
       if (!wait_ok(hvd::allreduce_async(name, b.view(), adasum()))) continue;
       CHECK(check_all(name, b, tree(all)) == 0);
@@ -125,13 +131,15 @@ TEST_CASE("adasum of a fused batch combines each tensor on its own", "[adasum]")
       const int seed = 100 + static_cast<int>(k);
       all.push_back(inputs(d, seed, len, n));
       auto b = std::make_unique<Buffer>(d, hvd::Shape{len});
-      for (int64_t i = 0; i < len; ++i) b->set(i, all.back()[static_cast<size_t>(me)][static_cast<size_t>(i)]);
+      for (int64_t i = 0; i < len; ++i)
+        b->set(i, all.back()[static_cast<size_t>(me)][static_cast<size_t>(i)]);
       views.push_back(b->view());
       names.push_back(std::string("adasum.fused.") + hvd::dtype_name(d) + "." + std::to_string(k));
       bufs.push_back(std::move(b));
     }
     if (!wait_ok(hvd::grouped_allreduce_async(names, views, adasum()))) continue;
-    for (size_t k = 0; k < bufs.size(); ++k) CHECK(check_all(names[k], *bufs[k], tree(all[k])) == 0);
+    for (size_t k = 0; k < bufs.size(); ++k)
+      CHECK(check_all(names[k], *bufs[k], tree(all[k])) == 0);
   }
 }
 
@@ -143,9 +151,12 @@ TEST_CASE("adasum keeps equal vectors and sums orthogonal ones", "[adasum]") {
   onehot[static_cast<size_t>(me)] = static_cast<float>(me + 1);
   std::vector<float> zero(4, 0.0f);
   const hvd::Shape s5{5}, sh{static_cast<int64_t>(onehot.size())}, s4{4};
-  REQUIRE(wait_ok(hvd::allreduce_async("adasum.same", hvd::TensorView(same.data(), DataType::kFloat32, s5), adasum())));
-  REQUIRE(wait_ok(hvd::allreduce_async("adasum.onehot", hvd::TensorView(onehot.data(), DataType::kFloat32, sh), adasum())));
-  REQUIRE(wait_ok(hvd::allreduce_async("adasum.zero", hvd::TensorView(zero.data(), DataType::kFloat32, s4), adasum())));
+  REQUIRE(wait_ok(hvd::allreduce_async(
+      "adasum.same", hvd::TensorView(same.data(), DataType::kFloat32, s5), adasum())));
+  REQUIRE(wait_ok(hvd::allreduce_async(
+      "adasum.onehot", hvd::TensorView(onehot.data(), DataType::kFloat32, sh), adasum())));
+  REQUIRE(wait_ok(hvd::allreduce_async(
+      "adasum.zero", hvd::TensorView(zero.data(), DataType::kFloat32, s4), adasum())));
   const std::vector<float> want_same = {1.5f, -2.0f, 0.25f, 3.0f, 0.0f};
   for (size_t i = 0; i < same.size(); ++i) CHECK(same[i] == Approx(want_same[i]).epsilon(1e-6));
   for (int r = 0; r < n; ++r) CHECK(onehot[static_cast<size_t>(r)] == Approx(r + 1).epsilon(1e-6));
@@ -166,7 +177,8 @@ TEST_CASE("adasum applies prescale and postscale to inputs and result", "[adasum
   std::vector<double> want = tree(all);
   for (double& w : want) w *= 1.5;  // homogeneous: the factors multiply the result
   CHECK(check_all("adasum.scaled", out, want) == 0);
-  for (int64_t i = 0; i < 50; ++i) CHECK(in.get(i) == all[static_cast<size_t>(me)][static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < 50; ++i)
+    CHECK(in.get(i) == all[static_cast<size_t>(me)][static_cast<size_t>(i)]);
 }
 
 TEST_CASE("adasum refuses integer tensors and the next allreduce works", "[adasum]") {
@@ -184,7 +196,8 @@ TEST_CASE("adasum refuses integer tensors and the next allreduce works", "[adasu
   float f[2] = {1.0f, 2.0f};
   hvd::AllreduceOptions sum;
   sum.op = ReduceOp::kSum;
-  REQUIRE(wait_ok(hvd::allreduce_async("adasum.after", hvd::TensorView(f, DataType::kFloat32, {2}), sum)));
+  REQUIRE(wait_ok(
+      hvd::allreduce_async("adasum.after", hvd::TensorView(f, DataType::kFloat32, {2}), sum)));
   CHECK(f[0] == Approx(hvd::size()));
   CHECK(f[1] == Approx(2.0 * hvd::size()));
 }

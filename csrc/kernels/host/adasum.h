@@ -27,13 +27,10 @@ struct AdasumSegment {
   int64_t count = 0;
 };
 
-/// True for the dtypes adasum_tree() takes (float16, bfloat16, float32, float64).
-bool adasum_supported(DataType dtype);
-
 /// Combines `ranks` vectors laid out one after another in `slots` (rank r's at
 /// r * slot_bytes) by the tree above, each of the `n_segments` segments separately; the
-/// result is left in slot 0 (the other slots are overwritten). `dtype` must be
-/// adasum_supported().
+/// result is left in slot 0 (the other slots are overwritten). `dtype` must be a floating
+/// type (submission refuses the others).
 void adasum_tree(void* slots, int ranks, int64_t slot_bytes, const AdasumSegment* segments,
                  int64_t n_segments, DataType dtype);
 
