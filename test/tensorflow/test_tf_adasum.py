@@ -63,3 +63,23 @@ def test_gradient_tape_reduces_by_adasum():
     tape = hvd.DistributedGradientTape(tape, op=hvd.Adasum)
     (g,) = tape.gradient(loss, [w])
     assert_close(g.numpy(), reference([2 * c * w0 for c in cs]), 1e-12)
+
+
+def test_keras_distributed_optimizer_applies_the_adasum():
+    """SGD(1.0) wrapped with op=Adasum moves each variable by the Adasum of the ranks'
+    gradients (each variable its own vector; no division by the size)."""
+    import keras
+
+    import horovod_cpp.keras as hvdk
+
+    size = hvd.size()
+    w0 = [rank_data(0, (6,), np.float32, 960), rank_data(0, (3, 2), np.float32, 961)]
+    cs = [[rank_data(r, w.shape, np.float32, 962 + k) for k, w in enumerate(w0)]
+          for r in range(size)]
+    ws = [keras.Variable(w) for w in w0]
+    grads = [tf.constant(2 * c * w) for c, w in zip(cs[hvd.rank()], w0)]
+    opt = hvdk.DistributedOptimizer(keras.optimizers.SGD(1.0), op=hvd.Adasum)
+    opt.apply_gradients(zip(grads, ws))
+    for k, w in enumerate(w0):
+        want = w - reference([2 * cs[r][k] * w for r in range(size)])
+        assert_close(np.asarray(ws[k].numpy()), want, 1e-5)
