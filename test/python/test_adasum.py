@@ -154,3 +154,12 @@ def test_digits_training_with_adasum(rank, size):
               htorch.allreduce(flat, op=htorch.Min, name="ada.wmin")).abs().max().item()
     assert spread == 0
     assert acc >= 0.95, f"held-out accuracy {acc:.4f} with Adasum"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_torch_cuda_tensor_refused(rank, size):
+    """Adasum runs on the host: a CUDA tensor is refused with what to do, and the next
+    collective works."""
+    with pytest.raises(ValueError, match="adasum runs on CPU tensors only"):
+        htorch.allreduce(torch.ones(4, device="cuda"), op=htorch.Adasum, name="ada.cuda")
+    assert htorch.allreduce(torch.ones(2), op=htorch.Sum, name="ada.cuda.after").tolist() == [size] * 2
