@@ -160,6 +160,7 @@ def test_digits_training_with_adasum(rank, size):
 def test_torch_cuda_tensor_refused(rank, size):
     """Adasum runs on the host: a CUDA tensor is refused with what to do, and the next
     collective works."""
-    with pytest.raises(ValueError, match="adasum runs on CPU tensors only"):
+    # (A build without NCCL refuses every CUDA tensor before looking at the op.)
+    with pytest.raises(ValueError, match="adasum runs on CPU tensors only|with NCCL|no CUDA"):
         htorch.allreduce(torch.ones(4, device="cuda"), op=htorch.Adasum, name="ada.cuda")
     assert htorch.allreduce(torch.ones(2), op=htorch.Sum, name="ada.cuda.after").tolist() == [size] * 2
