@@ -1,12 +1,13 @@
 // Copyright horovod_cpp authors. Adasum allreduce under mpirun (2, 3, 4 ranks): every rank
-// rebuilds every rank's input, combines them itself in double by the pairwise tree (slot i
-// takes slot i + d at distance d = 1, 2, 4, ...; a slot without a partner waits for a later
-// level) and checks every element of the result, single tensors and fused batches.
+// rebuilds every rank's input, combines them itself in double by the pairwise tree
+// (../adasum_reference.h) and checks every element of the result, single tensors and fused
+// batches.
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../adasum_reference.h"
 #include "test_util.h"
 
 using hvd::DataType;
@@ -26,27 +27,8 @@ double value(int r, int seed, int64_t i) {
   return static_cast<double>(x >> 11) / static_cast<double>(1ull << 53) * 2.0 - 1.0;
 }
 
-// The reference: a and b combined as (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b, a zero
-// vector taking coefficient 1.
-std::vector<double> combine(const std::vector<double>& a, const std::vector<double>& b) {
-  double dot = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    dot += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  const double ca = aa > 0 ? 1 - dot / (2 * aa) : 1, cb = bb > 0 ? 1 - dot / (2 * bb) : 1;
-  std::vector<double> out(a.size());
-  for (size_t i = 0; i < a.size(); ++i) out[i] = ca * a[i] + cb * b[i];
-  return out;
-}
-
-std::vector<double> tree(std::vector<std::vector<double>> slots) {
-  const int n = static_cast<int>(slots.size());
-  for (int d = 1; d < n; d *= 2) {
-    for (int i = 0; i + d < n; i += 2 * d) slots[i] = combine(slots[i], slots[i + d]);
-  }
-  return slots[0];
+std::vector<double> tree(const std::vector<std::vector<double>>& slots) {
+  return adasum_tree_ref(slots, 0, slots.size());
 }
 
 // Every rank's input of tensor `seed` as the dtype holds it (half types rounded).

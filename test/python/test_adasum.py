@@ -99,7 +99,8 @@ def test_distributed_optimizer_reduces_gradients_by_adasum(rank, size):
 
     def data(r):
         g = torch.Generator().manual_seed(700 + r)
-        return torch.randn(3, 5, generator=g, dtype=torch.float64), torch.randint(0, 2, (3,), generator=g)
+        x = torch.randn(3, 5, generator=g, dtype=torch.float64)
+        return x, torch.randint(0, 2, (3,), generator=g)
 
     grads = []
     for r in range(size):
@@ -163,4 +164,5 @@ def test_torch_cuda_tensor_refused(rank, size):
     # (A build without NCCL refuses every CUDA tensor before looking at the op.)
     with pytest.raises(ValueError, match="adasum runs on CPU tensors only|with NCCL|no CUDA"):
         htorch.allreduce(torch.ones(4, device="cuda"), op=htorch.Adasum, name="ada.cuda")
-    assert htorch.allreduce(torch.ones(2), op=htorch.Sum, name="ada.cuda.after").tolist() == [size] * 2
+    after = htorch.allreduce(torch.ones(2), op=htorch.Sum, name="ada.cuda.after")
+    assert after.tolist() == [size] * 2

@@ -1,41 +1,18 @@
 // Copyright horovod_cpp authors. The Adasum kernel (kernels/host/adasum.h) in one process: the
 // pair rule on vectors whose result is known in closed form, and the tree at every slot count
-// from 1 to 9 (rank counts the mpirun suites do not reach) against a double reference here.
+// from 1 to 9 (rank counts the mpirun suites do not reach) against ../adasum_reference.h.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "../adasum_reference.h"
 #include "common/half.h"
 #include "kernels/host/adasum.h"
 
 using namespace hvd;
 
-namespace {
-
-std::vector<double> combine(const std::vector<double>& a, const std::vector<double>& b) {
-  double dot = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    dot += a[i] * b[i];
-    aa += a[i] * a[i];
-    bb += b[i] * b[i];
-  }
-  const double ca = aa > 0 ? 1 - dot / (2 * aa) : 1, cb = bb > 0 ? 1 - dot / (2 * bb) : 1;
-  std::vector<double> out(a.size());
-  for (size_t i = 0; i < a.size(); ++i) out[i] = ca * a[i] + cb * b[i];
-  return out;
-}
-
-// Slot i combines with slot i + d at d = 1, 2, 4, ...: written as a recursion over halves of
-// the slot range, a different shape of the same tree than the kernel's loop.
-std::vector<double> tree(const std::vector<std::vector<double>>& s, size_t lo, size_t n) {
-  if (n == 1) return s[lo];
-  size_t half = 1;
-  while (half * 2 < n) half *= 2;
-  return combine(tree(s, lo, half), tree(s, lo + half, n - half));
-}
-
-}  // namespace
+using hvdtest::adasum_tree_ref;
 
 TEST_CASE("adasum of two vectors: orthogonal sum, parallel average, zero passes", "[adasum]") {
   std::vector<double> a = {3, 0, 0}, b = {0, -2, 0};
@@ -72,7 +49,8 @@ TEST_CASE("adasum tree at 1 to 9 slots, two segments, matches the reference", "[
     }
     const AdasumSegment segs[2] = {{0, n0}, {(n0 + gap) * 8, n1}};
     adasum_tree(slots.data(), ranks, slot * 8, segs, 2, DataType::kFloat64);
-    const std::vector<double> w0 = tree(seg0, 0, seg0.size()), w1 = tree(seg1, 0, seg1.size());
+    const std::vector<double> w0 = adasum_tree_ref(seg0, 0, seg0.size()),
+                              w1 = adasum_tree_ref(seg1, 0, seg1.size());
     INFO(ranks << " slots");
     for (int64_t i = 0; i < n0; ++i)
       CHECK(slots[static_cast<size_t>(i)] == Approx(w0[static_cast<size_t>(i)]).epsilon(1e-12));
