@@ -40,20 +40,17 @@ Average = _C.Average
 Min = _C.Min
 Max = _C.Max
 Product = _C.Product
-#: Horovod's Adasum. Accepted as a name; using it raises NotImplementedError.
-Adasum = 5
+#: Adaptive summation (docs/training.md, "Adasum"): floating-point CPU tensors, any rank count.
+Adasum = _C.Adasum
 
-_OPS = {Sum, Average, Min, Max, Product}
+_OPS = {Sum, Average, Min, Max, Product, Adasum}
 
 
 def _op_value(op):
     """Validates a reduction op and returns its integer value for _C."""
-    if op == Adasum:
-        raise NotImplementedError("horovod_cpp: op=Adasum is not supported (the core library "
-                                  "implements Sum, Average, Min, Max and Product)")
     if op not in _OPS:
         raise ValueError(f"horovod_cpp: unknown reduction op {op!r}; use one of Sum, Average, "
-                         "Min, Max, Product")
+                         "Min, Max, Product, Adasum")
     return int(op)
 
 

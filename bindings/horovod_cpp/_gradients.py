@@ -5,7 +5,7 @@ The torch DistributedOptimizer, TensorFlow's DistributedGradientTape and tf.comp
 DistributedOptimizer, and the Keras DistributedOptimizer keep only framework glue: when
 gradients exist, where the results go. Everything Horovod's options decide is here, once:
 
-* the options themselves (op=Adasum refused, gradient_predivide_factor only with Average,
+* the options themselves (gradient_predivide_factor only with Average,
   groups / num_groups, unique parameter names);
 * the scaling: Average with a predivide factor f reduces x/f and multiplies the average by f;
 * pass counting (backward_passes_per_step) and group readiness;
@@ -42,7 +42,7 @@ trivially.
 
 import warnings
 
-from ._basics import Adasum, Average
+from ._basics import Average
 from ._compression import NoneCompressor
 
 # How a started gradient is waited for.
@@ -55,9 +55,6 @@ _TOO_MANY_PASSES = ("Gradients were computed more than backward_passes_per_step 
 
 def check_reduce_options(op, gradient_predivide_factor):
     """Horovod's refusals for the reduction options of a distributed optimizer or tape."""
-    if op == Adasum:
-        raise NotImplementedError("horovod_cpp: op=Adasum is not supported (the core library "
-                                  "has no Adasum)")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
 

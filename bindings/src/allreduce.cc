@@ -66,12 +66,12 @@ double scale_factor(PyObject* o) {
   return v;
 }
 
-/// The op's integer value: an int 0-4 directly, anything else through _op_value (Adasum,
-/// unknown ops and bools as the package's rule decides).
+/// The op's integer value: an int 0-5 directly, anything else through _op_value (unknown
+/// ops and bools as the package's rule decides).
 int op_value(PyObject* op) {
   if (PyLong_CheckExact(op)) {
     const long v = PyLong_AsLong(op);
-    if (v >= 0 && v <= static_cast<long>(hvd::ReduceOp::kProduct)) return static_cast<int>(v);
+    if (v >= 0 && v <= static_cast<long>(hvd::ReduceOp::kAdasum)) return static_cast<int>(v);
     PyErr_Clear();
   }
   return call(rules().op_value, "the op rule", {op}).cast<int>();

@@ -68,7 +68,7 @@ py::array to_numpy(const hvd::Tensor& t);
 /// or None when the tensor has no elements.
 py::object to_python(const hvd::Tensor& t);
 
-/// ReduceOp from its integer value (kSum=0 ... kProduct=4); ValueError otherwise.
+/// ReduceOp from its integer value (kSum=0 ... kProduct=4, kAdasum=5); ValueError otherwise.
 hvd::ReduceOp reduce_op_from_int(int op);
 
 /// hvd::ProcessSet from its id (0: the global set). Unknown ids are reported by the core.

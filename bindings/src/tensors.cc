@@ -279,6 +279,7 @@ hvd::ReduceOp reduce_op_from_int(int op) {
     case 2: return hvd::ReduceOp::kMin;
     case 3: return hvd::ReduceOp::kMax;
     case 4: return hvd::ReduceOp::kProduct;
+    case 5: return hvd::ReduceOp::kAdasum;
     default: break;
   }
   invalid("unknown reduction op " + std::to_string(op));
@@ -290,6 +291,7 @@ void register_tensors(py::module_& m) {
   m.attr("Min") = static_cast<int>(hvd::ReduceOp::kMin);
   m.attr("Max") = static_cast<int>(hvd::ReduceOp::kMax);
   m.attr("Product") = static_cast<int>(hvd::ReduceOp::kProduct);
+  m.attr("Adasum") = static_cast<int>(hvd::ReduceOp::kAdasum);
   m.def(
       "dtype_name",
       [](py::handle obj) { return std::string(hvd::dtype_name(view_of(obj, false, "tensor").dtype)); },

@@ -83,7 +83,7 @@ bool read_device(Reader& r, Device* d) {
 // these when an enumerator is added (the numeric values are part of the wire format).
 constexpr OpType kLastOpType = static_cast<OpType>(kMaxOpType);
 constexpr DataType kLastDataType = DataType::kBool;
-constexpr ReduceOp kLastReduceOp = ReduceOp::kProduct;
+constexpr ReduceOp kLastReduceOp = ReduceOp::kAdasum;
 
 template <typename E>
 bool read_enum(Reader& r, E* e, E last) {

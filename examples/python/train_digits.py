@@ -13,7 +13,9 @@ synchronous steps). flush() at the end of each epoch makes the weights identical
 
 On GPUs (--cuda), as Horovod's recipe has it: each process pins the GPU of its local rank
 (torch.cuda.set_device), the model and data live there, and the gradients are averaged by
-NCCL. --checkpoint PATH: rank 0 alone saves the model and optimizer state after every epoch.
+NCCL. --adasum combines the gradients with Adasum instead of averaging them, at the
+single-worker learning rate (no scaling by the number of ranks; docs/training.md, "Adasum").
+--checkpoint PATH: rank 0 alone saves the model and optimizer state after every epoch.
 The run exits non-zero unless the test accuracy reaches --min-accuracy and the weights are
 identical on every rank.
 """
@@ -51,6 +53,7 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05, help="scaled by the number of ranks")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--adasum", action="store_true", help="op=hvd.Adasum, lr not scaled")
     parser.add_argument("--staleness", type=int, default=0)
     parser.add_argument("--local-sgd", type=int, default=0, help="averaging period k")
     parser.add_argument("--local-sgd-warmup", type=int, default=0)
@@ -85,11 +88,12 @@ def main():
     y_test = torch.from_numpy(y[test_idx]).to(device)
 
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(),
-                                momentum=args.momentum)
+    lr_scale = 1 if args.adasum else hvd.size()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * lr_scale, momentum=args.momentum)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression, staleness=args.staleness,
+                                         op=hvd.Adasum if args.adasum else hvd.Average,
                                          local_sgd_period=args.local_sgd,
                                          local_sgd_warmup_steps=args.local_sgd_warmup)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -243,8 +243,8 @@ def test_errors(rank, size):
         hvd.allreduce([1.0])
     with pytest.raises(ValueError):
         hvd.broadcast(torch.zeros(2), root_rank=-1)
-    with pytest.raises(NotImplementedError):
-        hvd.allreduce(torch.zeros(2), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="adasum needs a floating-point tensor"):
+        hvd.allreduce(torch.zeros(2, dtype=torch.int32), op=hvd.Adasum)
     with pytest.raises(TypeError):
         hvd.join(device="cuda:0")  # a device id is an int (any id is accepted, as in Horovod)
     assert hvd.remove_process_set(hvd.ProcessSet([0])) is False  # not registered

@@ -232,8 +232,8 @@ def test_misuse_errors():
     p0 = named[0][1]
     with pytest.raises(ValueError, match="only appear once"):
         hvd.DistributedOptimizer(sgd(), groups=[[p0], [p0]])
-    with pytest.raises(NotImplementedError):
-        hvd.DistributedOptimizer(sgd(), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):
+        hvd.DistributedOptimizer(sgd(), op=hvd.Adasum, gradient_predivide_factor=2.0)
     with pytest.warns(DeprecationWarning):
         hvd.DistributedOptimizer(sgd(), num_groups=1)
 

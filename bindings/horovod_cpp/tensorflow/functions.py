@@ -4,7 +4,7 @@ variable and object broadcasts of horovod.tensorflow."""
 import tensorflow as tf
 
 from .. import _objects
-from .._basics import (Adasum, Average, Sum, global_process_set,
+from .._basics import (Average, Sum, global_process_set,
                        handle_average_backwards_compatibility, rank)
 from .compression import Compression
 from .mpi_ops import (_allreduce, _executing_eagerly, _grouped_allreduce,
@@ -40,8 +40,6 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     applies to dense tensors. device_dense/device_sparse are accepted for compatibility (every
     tensor is reduced from host memory)."""
     op = handle_average_backwards_compatibility(op, average)
-    if op == Adasum:
-        raise NotImplementedError("horovod_cpp: op=Adasum is not supported")
     if isinstance(tensor, tf.IndexedSlices):
         return _sparse_allreduce(tensor, op, prescale_factor, postscale_factor, name,
                                  process_set)
@@ -59,8 +57,6 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """Reduces a list of tensors negotiated and fused as one unit (one group per dtype);
     IndexedSlices among them are gathered."""
     op = handle_average_backwards_compatibility(op, average)
-    if op == Adasum:
-        raise NotImplementedError("horovod_cpp: op=Adasum is not supported")
     tensors = list(tensors)
     if not tensors:
         return []

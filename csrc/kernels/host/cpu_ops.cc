@@ -54,6 +54,7 @@ void reduce_typed(T* out, const T* a, const T* b, int64_t n, ReduceOp op) {
     case ReduceOp::kMin: apply(out, a, b, n, [](T x, T y) { return std::min(x, y); }); break;
     case ReduceOp::kMax: apply(out, a, b, n, [](T x, T y) { return std::max(x, y); }); break;
     case ReduceOp::kProduct: apply(out, a, b, n, [](T x, T y) { return wrap_mul(x, y); }); break;
+    case ReduceOp::kAdasum: break;  // not elementwise: kernels/host/adasum.h
   }
 }
 
@@ -122,6 +123,7 @@ void reduce_scaled_typed(T* out, const T* a, const T* b, int64_t n, ReduceOp op,
     case ReduceOp::kMin: apply(out, a, b, n, [f](T x, T y) { return std::min(x, y) * f; }); break;
     case ReduceOp::kMax: apply(out, a, b, n, [f](T x, T y) { return std::max(x, y) * f; }); break;
     case ReduceOp::kProduct: apply(out, a, b, n, [f](T x, T y) { return static_cast<T>(x * y) * f; }); break;
+    case ReduceOp::kAdasum: break;  // not elementwise: kernels/host/adasum.h
   }
 }
 }  // namespace

@@ -74,8 +74,36 @@ unsigned char* CpuTransport::scratch(int64_t bytes) {
 
 Status CpuTransport::reduce_buffer(void* buf, int64_t count, const Batch& b) {
   const ReductionSpec& spec = b.reduction;
+  if (spec.op == ReduceOp::kAdasum) return adasum_buffer(buf, count, b);
   scale_buffer(buf, count, b.dtype, spec.prescale);
   HVD_RETURN_IF_ERROR(plane_->allreduce(buf, count, b.dtype, spec.op));
+  finish_reduction(buf, count, b.dtype, spec.scale, spec.divisor);
+  return Status::OK();
+}
+
+Status CpuTransport::adasum_buffer(void* buf, int64_t count, const Batch& b) {
+  const ReductionSpec& spec = b.reduction;
+  const int ranks = layout_.size;
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(b.dtype));
+  // Adasum is homogeneous (scaling every input by f scales the result by f), so the factors
+  // apply as they do to Sum.
+  scale_buffer(buf, count, b.dtype, spec.prescale);
+  if (ranks > 1 && bytes > 0) {
+    adasum_slots_.resize(static_cast<size_t>(bytes) * static_cast<size_t>(ranks));
+    adasum_bytes_.assign(static_cast<size_t>(ranks), bytes);
+    HVD_RETURN_IF_ERROR(plane_->allgatherv(buf, adasum_slots_.data(), adasum_bytes_));
+    adasum_segments_.clear();
+    if (b.fused()) {  // each tensor is its own vector
+      for (size_t k = 0; k < b.tensors.size(); ++k) {
+        adasum_segments_.push_back({b.offsets[k], b.tensors[k].count});
+      }
+    } else {
+      adasum_segments_.push_back({0, count});
+    }
+    adasum_tree(adasum_slots_.data(), ranks, bytes, adasum_segments_.data(),
+                static_cast<int64_t>(adasum_segments_.size()), b.dtype);
+    std::memcpy(buf, adasum_slots_.data(), static_cast<size_t>(bytes));
+  }
   finish_reduction(buf, count, b.dtype, spec.scale, spec.divisor);
   return Status::OK();
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/host/adasum.h"
 #include "transport/data_plane.h"
 #include "transport/transport.h"
 
@@ -30,6 +31,9 @@ class CpuTransport : public Transport {
   /// One unfused collective; its errors name it and the tensor.
   Status run_one(Batch& b, std::vector<TensorResult>* results);
   Status reduce_buffer(void* buf, int64_t count, const Batch& b);
+  /// reduce_buffer() for Adasum: every rank's buffer gathered to every rank, then the same
+  /// pairwise tree (kernels/host/adasum.h) run by each, so that all end with the same bytes.
+  Status adasum_buffer(void* buf, int64_t count, const Batch& b);
   Status allreduce_one(Batch& b);
   Status allreduce_fused(Batch& b);
   Status allgather(const Batch& b, TensorResult* out);
@@ -42,6 +46,9 @@ class CpuTransport : public Transport {
   const std::string prefix_;  // timeline phases: "MPI_"
   std::vector<unsigned char> fusion_buffer_;
   std::vector<unsigned char> scratch_;
+  std::vector<unsigned char> adasum_slots_;  // Adasum: every rank's buffer, in rank order
+  std::vector<int64_t> adasum_bytes_;        // Adasum: the gather's bytes per rank
+  std::vector<AdasumSegment> adasum_segments_;
 };
 
 }  // namespace hvd

@@ -168,6 +168,7 @@ MPI_Datatype MpiContext::datatype(DataType dtype) {
 }
 
 MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
+  if (op == ReduceOp::kAdasum) return MPI_SUM;  // gathered, never reduced by MPI (CpuTransport)
   if (dtype == DataType::kFloat16) return half_ops_[0][static_cast<int>(op)];
   if (dtype == DataType::kBFloat16) return half_ops_[1][static_cast<int>(op)];
   if (dtype == DataType::kBool) {
@@ -179,6 +180,7 @@ MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
     case ReduceOp::kMin: return MPI_MIN;
     case ReduceOp::kMax: return MPI_MAX;
     case ReduceOp::kProduct: return MPI_PROD;
+    case ReduceOp::kAdasum: break;  // gathered, never reduced by MPI (CpuTransport)
   }
   return MPI_SUM;
 }

@@ -1,6 +1,6 @@
 """DistributedOptimizer for Keras 3 optimizers (TensorFlow backend)."""
 
-from ..._basics import Average, Sum, global_process_set
+from ..._basics import Adasum, Average, Sum, global_process_set
 from ..compression import Compression
 from ..gradient_tape import local_layer_weights
 from ..gradients import GradientReducer, LocalVariables
@@ -83,9 +83,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     backward_passes_per_step=k accumulates k local gradients (Keras's gradient accumulation)
     and reduces and applies them every k-th step: summed, or averaged with
-    average_aggregated_gradients=True, as in Horovod."""
-    if op not in (Average, Sum):
-        raise ValueError("horovod_cpp.keras.DistributedOptimizer supports op=Average and op=Sum")
+    average_aggregated_gradients=True, as in Horovod. op=Adasum (which Horovod's Keras optimizer
+    refuses) reduces the gradients by Adasum, not divided by the size."""
+    if op not in (Average, Sum, Adasum):
+        raise ValueError("horovod_cpp.keras.DistributedOptimizer supports op=Average, op=Sum "
+                         "and op=Adasum")
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     reducer = GradientReducer(compression=compression, sparse_as_dense=sparse_as_dense, op=op,
