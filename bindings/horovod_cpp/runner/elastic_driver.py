@@ -80,7 +80,9 @@ class Driver:
         self.rounds = er.Rounds(self.rs, rng or random.SystemRandom())
         self.secret = gloo_launch.new_secret()
         self.settings = gloo_launch.job_settings(args)
-        self.settings.setdefault("HOROVOD_CPP_ABORT_GRACE_SECONDS", "0")
+        # A lost peer must reach the program (HorovodInternalError), never end the process.
+        if "HOROVOD_CPP_ABORT_GRACE_SECONDS" not in self.environ:
+            self.settings["HOROVOD_CPP_ABORT_GRACE_SECONDS"] = "0"
         self.procs = {}  # wid -> supervise._Worker, until reaped
         self.kill_at = {}  # wid -> when a terminated worker gets SIGKILL
         self.store = None
@@ -125,6 +127,13 @@ class Driver:
             elif isinstance(cmd, er.Finish):
                 self._finish = cmd
 
+    def _reaped(self, wid):
+        """Forgets an exited worker once its last output lines are copied."""
+        w = self.procs.pop(wid)
+        self.kill_at.pop(wid, None)
+        for t in w.pumps:
+            t.join(timeout=2.0)
+
     def _terminate(self, wid, now):
         w = self.procs.get(wid)
         if w is None or w.proc.poll() is not None:
@@ -148,10 +157,7 @@ class Driver:
         for wid, w in list(self.procs.items()):
             rc = w.proc.poll()
             if rc is not None:
-                del self.procs[wid]
-                self.kill_at.pop(wid, None)
-                for t in w.pumps:
-                    t.join(timeout=2.0)
+                self._reaped(wid)
                 if rc != 0 and not self._finish:
                     self.log(f"hvdrun: worker {wid} {supervise._how(rc)}")
                 self._run(self.rounds.exited(wid, rc, now), now)
@@ -201,7 +207,7 @@ class Driver:
         while self.procs and time.monotonic() < deadline:
             for wid, w in list(self.procs.items()):
                 if w.proc.poll() is not None:
-                    del self.procs[wid]
+                    self._reaped(wid)
             time.sleep(POLL_S)
         supervise.stop(list(self.procs.values()), signal.SIGTERM, supervise.GRACE_S)
         rc, message = self._finish
