@@ -42,7 +42,10 @@ JOB_TIMEOUT_S = 240
 class Job:
     """An elastic hvdrun job: the discovery file, the logs, the process."""
 
-    def __init__(self, tmp_path, hosts, flags, worker_args=(), env=None):
+    def __init__(self, tmp_path, hosts, flags, worker_args=(), env=None, agent=None,
+                 nics="lo", python=sys.executable):
+        """`agent`: the rsh agent (default: one that runs the workers on this machine);
+        `nics`: hvdrun's --network-interface."""
         self.dir = tmp_path
         self.logs = tmp_path / "logs"
         self.logs.mkdir()
@@ -52,8 +55,9 @@ class Job:
         script.write_text(f"#!/bin/sh\ncat {self.hosts_file}\n")
         script.chmod(0o755)
         cmd = hvdrun_cmd() + ["--host-discovery-script", str(script), "--rsh-agent",
-                              fake_agent(tmp_path), "--network-interface", "lo", "--verbose"]
-        cmd += flags + [sys.executable, WORKER, "--log-dir", str(self.logs)] + list(worker_args)
+                              agent or fake_agent(tmp_path), "--network-interface", nics,
+                              "--verbose"]
+        cmd += flags + [python, WORKER, "--log-dir", str(self.logs)] + list(worker_args)
         e = dict(os.environ)
         e.pop("HOROVOD_GLOO", None)
         e.update(env or {})

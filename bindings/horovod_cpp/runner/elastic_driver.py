@@ -138,6 +138,9 @@ class Driver:
         w = self.procs.get(wid)
         if w is None or w.proc.poll() is not None:
             return
+        if not self._finish:
+            self.log(f"hvdrun: stopping worker {wid} (its host left the list, or it did not "
+                     "come to the round in time)")
         supervise._signal_group(w, signal.SIGTERM)
         if w.spec.remote and w.proc.stdin:
             try:
