@@ -142,6 +142,10 @@ def test_host_added_flags_hosts_updated_once_and_grows_at_the_next_round():
 def test_max_np_bounds_growth_and_hosts_updated():
     r, _ = start([("a", 2)], max_np=2)
     assert r.discovered([("a", 2), ("b", 2)], 1.0) == []  # already at --max-np
+    r, _ = start([("a", 1), ("b", 1)])
+    r.exited("b:0", 1, 0.0)
+    r.ready("a:0", 1.0)
+    assert r.discovered([("a", 1), ("b", 3)], 2.0) == []  # b's new slots: b is blacklisted
     r, _ = start([("a", 1)], max_np=2)
     assert keys(r.discovered([("a", 1), ("b", 4)], 1.0)) == {"elastic/hosts_updated/0": "1"}
     cmds = r.ready("a:0", 2.0)

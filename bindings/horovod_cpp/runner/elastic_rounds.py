@@ -171,7 +171,7 @@ class Rounds:
         if self.generation < 0:
             return out + self._first(now)
         if grew:
-            out += self._flag_hosts_updated()
+            out += self._flag_hosts_updated(now)
         return out + self._form(now)
 
     def exited(self, wid, rc, now):
@@ -216,7 +216,7 @@ class Rounds:
             return self._first(now)
         listed = {h for h, _ in self.hosts}
         if any(h in listed for h in self.blacklist.ended(now)):
-            out += self._flag_hosts_updated()
+            out += self._flag_hosts_updated(now)
         return out + self._form(now)
 
     # ---- internals -------------------------------------------------------------------------
@@ -227,11 +227,14 @@ class Rounds:
         if self._round_since is None:
             self._round_since = now
 
-    def _flag_hosts_updated(self):
-        """Sets elastic/hosts_updated/<g> when the current generation can grow."""
+    def _flag_hosts_updated(self, now):
+        """Sets elastic/hosts_updated/<g> when the current generation can grow: a free slot
+        on a usable host, below --max-np."""
         if self._finishing or self._hosts_flagged == self.generation:
             return []
         if self.s.max_np is not None and len(self.members) >= self.s.max_np:
+            return []
+        if not self._free_slots(now):
             return []
         self._hosts_flagged = self.generation
         return [SetKey(hosts_updated_key(self.generation), "1")]
