@@ -140,6 +140,13 @@ class Job:
             assert step == steps and size == sizes[-1], (f, step, size)
             assert np.array_equal(got, params), (f, rank)
         assert sorted(r[3] for r in finals) == list(range(sizes[-1]))
+        runs = []
+        for i, n in enumerate(sizes, 1):
+            if runs and runs[-1][2] == n:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i, n])
+        print("steps at each size: " + ", ".join(f"{a}-{b}: {n}" for a, b, n in runs))
         return sizes
 
 
