@@ -3,6 +3,8 @@
 # mid-job: see elastic_netcut.py (beside this script) for what runs and what is checked.
 #
 #   sudo test/multihost/run_elastic_multihost.sh
+#   sudo test/multihost/run_elastic_multihost.sh --timings   (instead: scripts/elastic_recovery.py
+#                                                            on these hosts, median of 5)
 #
 # Needs root, `ip` and `unshare`, and horovod_cpp built with Gloo and the elastic primitives.
 # Environment: PYTHON (default .venv/bin/python, else python3), SUBNET_PREFIX (default
@@ -31,8 +33,13 @@ if ! "$PYTHON" -c "import sys, horovod_cpp as h; from horovod_cpp import _C; sys
 fi
 mh_start "$WHO" 600
 cd "$root"
-timeout --kill-after=30 400 "$PYTHON" "$here/elastic_netcut.py" "$MH_TMP/agent" "$PFX.0/24" \
-  ip link set "${MH_NS}h2" down
+if [ "${1:-}" = --timings ]; then
+  timeout --kill-after=30 900 "$PYTHON" scripts/elastic_recovery.py --agent "$MH_TMP/agent" \
+    --nics "$PFX.0/24" --hosts h1,h2
+else
+  timeout --kill-after=30 400 "$PYTHON" "$here/elastic_netcut.py" "$MH_TMP/agent" "$PFX.0/24" \
+    ip link set "${MH_NS}h2" down
+fi
 rc=$?
 [ "$rc" = 0 ] && echo "$WHO: PASSED" || echo "$WHO: FAILED (exit $rc)"
 exit "$rc"
