@@ -232,3 +232,25 @@ def test_blacklisted_host_comes_back_after_its_cooldown(tmp_path):
     sizes = job.check(100)
     assert sizes[0] == 2 and 1 in sizes and sizes[-1] == 2, sizes
     assert os.path.exists(job.logs / "hB_0.1"), os.listdir(job.logs)  # a new id for the slot
+
+
+def test_sigterm_to_hvdrun_stops_every_worker(tmp_path):
+    job = Job(tmp_path, ["hA:2", "hB:1"], flags(3), ["--steps", "1000"])
+    job.wait_step(3)
+    pids = [job.pid(w) for w in ("hA:0", "hA:1", "hB:0")]
+    job.proc.send_signal(signal.SIGTERM)
+    out = job.finish()
+    assert job.proc.returncode == 128 + signal.SIGTERM, out
+    assert "hvdrun: got SIGTERM; stopping 3 workers" in job.err, job.err
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)]
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
