@@ -17,7 +17,7 @@ Events: `discovered(hosts)`, `exited(wid, rc)`, `ready(wid)` (the store holds th
 
 from collections import namedtuple
 
-from .gloo_launch import Place
+from .gloo_launch import Place, assignment
 
 SetKey = namedtuple("SetKey", "key value")
 Start = namedtuple("Start", "wid host slot")
@@ -34,13 +34,12 @@ RUNNING, READY, GONE = "running", "ready", "gone"
 
 
 class _Worker:
-    """One process: its id, host and slot, the init count `n` of its current assignment, its
-    rank in the current generation (None before its first), and its state."""
+    """One process: its id, host and slot, the init count `n` of its current assignment, and
+    its state."""
 
     def __init__(self, wid, host, slot):
         self.wid, self.host, self.slot = wid, host, slot
         self.n = 0
-        self.rank = None
         self.state = RUNNING
 
 
@@ -108,11 +107,6 @@ def places_for(members):
         out.append(Place(rank, len(members), local, per_host[host], cross_hosts.index(host),
                          len(cross_hosts), host))
     return out
-
-
-def assignment_value(place, generation):
-    return (f"{place.rank},{place.size},{place.local_rank},{place.local_size},"
-            f"{place.cross_rank},{place.cross_size},{generation}")
 
 
 class Rounds:
@@ -330,8 +324,7 @@ class Rounds:
             if x in survivors:
                 x.n += 1
             x.state = RUNNING
-            x.rank = place.rank
-            out.append(SetKey(assign_key(x.wid, x.n), assignment_value(place, self.generation)))
+            out.append(SetKey(assign_key(x.wid, x.n), assignment(place, self.generation)))
         out += [Start(x.wid, x.host, x.slot) for x in new]
         return out
 
