@@ -6,7 +6,7 @@ median of several runs each, default timeouts:
   (np 2 on one host, then a second host: np 3).
 The hosts are "hosts" of this machine by default (distinct HOROVOD_HOSTNAMEs started through an
 rsh agent that runs them here), or real ones (--agent, --nics, --hosts: the network-namespace
-hosts of test/multihost/run_elastic_multihost.sh --timings). Each run's logs are also
+hosts of test/multihost/run_multihost.sh --elastic-timings). Each run's logs are also
 checked as the tests do.
 
     python scripts/elastic_recovery.py [--runs 5] [--steps 200]

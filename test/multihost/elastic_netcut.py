@@ -1,5 +1,5 @@
 """The elastic job on two network-namespace hosts with one host's network cut (issue 37), run
-by run_elastic_multihost.sh (which makes the hosts): `hvdrun -np 4 --min-np 2` on h1:2,h2:2
+by run_multihost.sh --elastic (which makes the hosts): `hvdrun -np 4 --min-np 2` on h1:2,h2:2
 listed by a discovery script; at step 10 the bridge side of h2's link goes down. h1's workers
 get HorovodInternalError at the op timeout and come to the next round; h2's cannot reach the
 store, so the driver drops them after the ready timeout and blacklists h2; the job finishes
