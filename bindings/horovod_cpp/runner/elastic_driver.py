@@ -174,10 +174,10 @@ class Driver:
 
     def run(self):
         """Runs the job to its end; returns hvdrun's exit status."""
+        self.store = rendezvous.StoreServer(self.secret, host=self.store_addr).start()
         received = []
         old = {s: signal.signal(s, lambda signum, _f: received.append(signum))
                for s in (signal.SIGINT, signal.SIGTERM)}
-        self.store = rendezvous.StoreServer(self.secret, host=self.store_addr).start()
         try:
             if self.args.verbose:
                 self.log(f"hvdrun: elastic job, rendezvous store on "
