@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -254,3 +255,80 @@ def _alive(pid):
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+DIGITS = os.environ.get("HVD_DIGITS_ELASTIC") or os.path.join(
+    HERE, "..", "..", "build", "examples", "digits_elastic")
+
+
+@pytest.mark.skipif(not os.path.exists(DIGITS), reason=f"no digits_elastic at {DIGITS}")
+def test_cpp_digits_under_hvdrun_loses_a_worker_and_grows_back(tmp_path):
+    """examples/digits_elastic (the C++ elastic API) under hvdrun's driver: hB's worker is
+    SIGKILLed at epoch 3, the job goes on at 2, hB comes back after its cooldown and the job
+    ends at 3 with a new worker; the example checks its accuracy and that every rank's
+    parameters are bit-identical to rank 0's (exit 1 otherwise)."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("hA:2\nhB:1\n")
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts}\n")
+    script.chmod(0o755)
+    cmd = hvdrun_cmd() + ["--host-discovery-script", str(script), "--rsh-agent",
+                          fake_agent(tmp_path), "--network-interface", "lo", "-np", "3",
+                          "--min-np", "2", "--blacklist-cooldown-range", "3", "4", DIGITS,
+                          "--epochs", "30", "--commit-every", "5", "--step-sleep-ms", "40",
+                          "--min-accuracy", "0.95"]
+    e = dict(os.environ)
+    e.pop("HOROVOD_GLOO", None)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=e, start_new_session=True)
+    lines = []
+
+    def follow():
+        for line in p.stdout:
+            lines.append(line)
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any("epoch  3 " in ln for ln in lines):
+            assert time.monotonic() < deadline and p.poll() is None, "".join(lines)
+            time.sleep(0.05)
+        os.kill(_pid_with_env("HOROVOD_CPP_WORKER_ID=hB:0", p.pid), signal.SIGKILL)
+        rc = p.wait(timeout=JOB_TIMEOUT_S)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        t.join(timeout=10)
+    out = "".join(lines)
+    assert rc == 0, out
+    assert "hvdrun: generation 1: 2 workers (hA:0, hA:1)" in out, out
+    assert "hvdrun: generation 2: 3 workers (hA:0, hA:1, hB:0.1)" in out, out
+    for tag, rank in (("hA:0", 0), ("hA:1", 1), ("hB:0.1", 2)):
+        assert f"[1,{tag}]<stdout>:rank {rank}/3: held-out accuracy" in out, out
+    assert out.count("parameters identical to rank 0's") == 3, out
+
+
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(") ", 1)[1].split()[1])
+
+
+def _pid_with_env(entry, ancestor):
+    """The pid of the descendant of `ancestor` whose environment holds `entry`."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if entry.encode() not in f.read().split(b"\0"):
+                    continue
+            pid = int(name)
+            while pid > 1 and pid != ancestor:
+                pid = _ppid(pid)
+        except OSError:
+            continue
+        if pid == ancestor:
+            return int(name)
+    raise AssertionError(f"no process under {ancestor} has {entry}")
