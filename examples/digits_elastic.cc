@@ -1,7 +1,7 @@
 // Copyright horovod_cpp authors. Elastic training (issue 37) of a small MLP on the UCI digits
-// (examples/data/digits.csv.gz; 80% train, 20% held out) with horovod_cpp/training.h and horovod_cpp/elastic.h: a job
-// that loses a worker goes on with the others, and grows when hvdrun's elastic driver finds
-// new hosts.
+// (examples/data/digits.csv.gz; 80% train, 20% held out) with horovod_cpp/training.h and
+// horovod_cpp/elastic.h: a job that loses a worker goes on with the others, and grows when hvdrun's
+// elastic driver finds new hosts.
 //
 //   hvdrun --min-np 2 --max-np 4 --host-discovery-script ./hosts.sh ./digits_elastic
 //   mpirun -np 2 ./digits_elastic          (not elastic: the same program, a fixed job)
@@ -65,18 +65,27 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: %s [--epochs N] [--batch N] [--lr X] [--commit-every N] "
-                   "[--data PATH] [--step-sleep-ms N] [--min-accuracy X]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--epochs N] [--batch N] [--lr X] [--commit-every N] "
+                   "[--data PATH] [--step-sleep-ms N] [--min-accuracy X]\n",
+                   argv[0]);
       std::exit(2);
     }
     const char* v = argv[++i];
-    if (a == "--epochs") o.epochs = std::atoi(v);
-    else if (a == "--batch") o.batch = std::max(1, std::atoi(v));
-    else if (a == "--lr") o.lr = std::atof(v);
-    else if (a == "--commit-every") o.commit_every = std::max(1, std::atoi(v));
-    else if (a == "--data") o.data = v;
-    else if (a == "--step-sleep-ms") o.step_sleep_ms = std::atoi(v);
-    else if (a == "--min-accuracy") o.min_accuracy = std::atof(v);
+    if (a == "--epochs")
+      o.epochs = std::atoi(v);
+    else if (a == "--batch")
+      o.batch = std::max(1, std::atoi(v));
+    else if (a == "--lr")
+      o.lr = std::atof(v);
+    else if (a == "--commit-every")
+      o.commit_every = std::max(1, std::atoi(v));
+    else if (a == "--data")
+      o.data = v;
+    else if (a == "--step-sleep-ms")
+      o.step_sleep_ms = std::atoi(v);
+    else if (a == "--min-accuracy")
+      o.min_accuracy = std::atof(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       std::exit(2);
@@ -206,7 +215,8 @@ uint64_t checksum(const hvd::ParameterList& params) {
   uint64_t h = 1469598103934665603ull;
   for (const auto& p : params) {
     const auto* b = reinterpret_cast<const unsigned char*>(p->value().data());
-    for (size_t i = 0; i < p->value().size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+    for (size_t i = 0; i < p->value().size() * sizeof(float); ++i)
+      h = (h ^ b[i]) * 1099511628211ull;
   }
   return h;
 }
@@ -230,7 +240,8 @@ bool identical_to_rank0(const hvd::ParameterList& params) {
     std::vector<float> root = p->value();
     hvd::broadcast("digits.final." + p->name(),
                    hvd::TensorView(root.data(), hvd::DataType::kFloat32, p->shape()), 0);
-    if (std::memcmp(root.data(), p->value().data(), root.size() * sizeof(float)) != 0) differ[0] = 1;
+    if (std::memcmp(root.data(), p->value().data(), root.size() * sizeof(float)) != 0)
+      differ[0] = 1;
   }
   hvd::allreduce("digits.final.differ", hvd::TensorView(differ.data(), hvd::DataType::kInt32, {1}));
   return differ[0] == 0;
@@ -281,7 +292,8 @@ int main(int argc, char** argv) {
         model.backward(data, idx);
         for (const auto& p : model.params()) opt.mark_ready(*p);
         opt.step();
-        if (o.step_sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.step_sleep_ms));
+        if (o.step_sleep_ms > 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(o.step_sleep_ms));
         state.set_value("offset", offset + int64_t(size) * o.batch);
         state.set_value("batch", state.value("batch") + 1);
         const bool epoch_end = state.value("offset") >= train;

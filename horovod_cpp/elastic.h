@@ -15,9 +15,9 @@
 //   });
 //
 // run() syncs the state from rank 0, calls the function, and on InternalError (ShutdownError
-// too) restores the last commit and resets (shutdown(), init(), the reset callbacks), on HostsUpdatedInterrupt
-// resets keeping the state; then syncs and calls it again. Ranks of a new membership are
-// numbered survivors first, so rank 0 always holds the last commit.
+// too) restores the last commit and resets (shutdown(), init(), the reset callbacks), on
+// HostsUpdatedInterrupt resets keeping the state; then syncs and calls it again. Ranks of a new
+// membership are numbered survivors first, so rank 0 always holds the last commit.
 #pragma once
 
 #include <cstdint>
@@ -111,10 +111,10 @@ class TensorState : public State {
 };
 
 /// Horovod's elastic loop: sync the state, call `fn`; on InternalError (or ShutdownError: a
-/// collective submitted after the runtime stopped for a lost peer) restore the last commit, on HostsUpdatedInterrupt keep the state; reset (shutdown(), init(), the state's
-/// reset callbacks) and go again. Returns when `fn` returns. A reset that fails (init()'s
-/// error, e.g. the driver ended the job) and any other exception propagate. hvd::init() must
-/// have been called before.
+/// collective submitted after the runtime stopped for a lost peer) restore the last commit, on
+/// HostsUpdatedInterrupt keep the state; reset (shutdown(), init(), the state's reset callbacks)
+/// and go again. Returns when `fn` returns. A reset that fails (init()'s error, e.g. the driver
+/// ended the job) and any other exception propagate. hvd::init() must have been called before.
 void run(State& state, const std::function<void(State&)>& fn);
 
 }  // namespace elastic

@@ -27,7 +27,9 @@ int64_t TensorState::value(const std::string& name) const {
   return *const_cast<TensorState*>(this)->slot(name);
 }
 
-void TensorState::set_value(const std::string& name, int64_t v) { *slot(name) = v; }
+void TensorState::set_value(const std::string& name, int64_t v) {
+  *slot(name) = v;
+}
 
 void TensorState::save() {
   saved_params_.resize(params_.size());
@@ -64,9 +66,8 @@ void TensorState::sync() {
   if (!values_.empty()) {
     std::vector<int64_t> v;
     for (const auto& kv : values_) v.push_back(kv.second);
-    broadcast("hvd.elastic.values", TensorView(v.data(), DataType::kInt64,
-                                               Shape{static_cast<int64_t>(v.size())}),
-              0);
+    broadcast("hvd.elastic.values",
+              TensorView(v.data(), DataType::kInt64, Shape{static_cast<int64_t>(v.size())}), 0);
     size_t i = 0;
     for (auto& kv : values_) kv.second = v[i++];
   }

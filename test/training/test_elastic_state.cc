@@ -18,9 +18,15 @@ struct Session {
 };
 
 // What rank `r` starts with: parameter values, momentum buffers, learning rate, integers.
-float param_value(int r, size_t i) { return static_cast<float>(r * 100 + static_cast<int>(i)) + 0.25f; }
-float momentum_value(int r, size_t i) { return static_cast<float>(r) + 0.5f + static_cast<float>(i); }
-double lr_of(int r) { return 0.01 * (r + 1); }
+float param_value(int r, size_t i) {
+  return static_cast<float>(r * 100 + static_cast<int>(i)) + 0.25f;
+}
+float momentum_value(int r, size_t i) {
+  return static_cast<float>(r) + 0.5f + static_cast<float>(i);
+}
+double lr_of(int r) {
+  return 0.01 * (r + 1);
+}
 
 struct Fixture {
   hvd::ParameterList params;
@@ -109,7 +115,8 @@ TEST_CASE("elastic primitives outside elastic mode: no updates, generation 0", "
   REQUIRE(state.value("epoch") == 2);
 }
 
-TEST_CASE("elastic run(): InternalError restores and resets, HostsUpdatedInterrupt keeps", "[elastic]") {
+TEST_CASE("elastic run(): InternalError restores and resets, HostsUpdatedInterrupt keeps",
+          "[elastic]") {
   Session s;
   const int r = hvd::rank();
   Fixture f(r);
@@ -135,7 +142,8 @@ TEST_CASE("elastic run(): InternalError restores and resets, HostsUpdatedInterru
         throw hvd::elastic::HostsUpdatedInterrupt();
       default: {  // kept, and the runtime works after two resets
         std::vector<float> one{1.0f};
-        hvd::allreduce("elastic.run.after", hvd::TensorView(one.data(), hvd::DataType::kFloat32, {1}),
+        hvd::allreduce("elastic.run.after",
+                       hvd::TensorView(one.data(), hvd::DataType::kFloat32, {1}),
                        hvd::AllreduceOptions{hvd::ReduceOp::kSum});
         REQUIRE(one[0] == static_cast<float>(hvd::size()));
       }
