@@ -7,6 +7,9 @@
 #
 #   sudo test/multihost/run_multihost.sh          (Open MPI over TCP between the hosts)
 #   sudo test/multihost/run_multihost.sh --gloo   (hvdrun --gloo: no mpirun; see below)
+#   sudo test/multihost/run_multihost.sh --elastic          (an elastic job, one host's network
+#                                                           cut: test/multihost/elastic_netcut.py)
+#   sudo test/multihost/run_multihost.sh --elastic-timings  (scripts/elastic_recovery.py here)
 # With --gloo hvdrun serves the rendezvous on the bridge address and starts the workers
 # through the rsh agent, as it would over ssh: first test/runner/gloo_worker.py (the workers
 # read their places and meet through the store, over the hosts' network), then, when this
@@ -22,9 +25,9 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 MODE=mpi
-[ "${1:-}" = --gloo ] && MODE=gloo
+case "${1:-}" in --gloo) MODE=gloo ;; --elastic) MODE=elastic ;; --elastic-timings) MODE=timings ;; esac
 WHO=multihost
-[ "$MODE" = gloo ] && WHO=multihost-gloo
+[ "$MODE" = mpi ] || WHO=multihost-$MODE
 PFX=${SUBNET_PREFIX:-10.77.0}
 TIMEOUT_S=${TIMEOUT_S:-300}
 if [ -z "${PYTHON:-}" ]; then
@@ -41,12 +44,29 @@ MH_LOCK=/run/lock/horovod_cpp_multihost.lock
 
 mh_require "$WHO"
 "$PYTHON" -c "import horovod_cpp.runner" 2>/dev/null || { echo "$WHO: $PYTHON cannot import horovod_cpp"; exit 1; }
+if [ "$MODE" = elastic ] || [ "$MODE" = timings ]; then
+  "$PYTHON" -c "import sys, horovod_cpp as h; from horovod_cpp import _C; sys.exit(0 if h.gloo_built() and hasattr(_C, 'elastic_hosts_updated') else 1)" ||
+    { echo "$WHO: SKIPPED: this build has no Gloo or no elastic primitives"; exit 77; }
+fi
 # One multi-host test at a time on this machine (other checkouts may run theirs).
 mh_start "$WHO" 600
 tmp=$MH_TMP
 
 echo "$WHO: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1)"
 cd "$root"
+
+if [ "$MODE" = elastic ] || [ "$MODE" = timings ]; then
+  if [ "$MODE" = timings ]; then
+    timeout --kill-after=30 900 "$PYTHON" scripts/elastic_recovery.py --agent "$tmp/agent" \
+      --nics "$PFX.0/24" --hosts h1,h2
+  else
+    timeout --kill-after=30 "$TIMEOUT_S" "$PYTHON" "$here/elastic_netcut.py" "$tmp/agent" \
+      "$PFX.0/24" ip link set "${MH_NS}h2" down
+  fi
+  rc=$?
+  [ "$rc" = 0 ] && echo "$WHO: PASSED" || echo "$WHO: FAILED (exit $rc)"
+  exit "$rc"
+fi
 
 # job LOG ARGS...: hvdrun -np 4 on h1:2,h2:2 in this mode, output in LOG; hvdrun's status.
 job() {

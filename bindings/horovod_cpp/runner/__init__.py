@@ -13,7 +13,8 @@ import os
 import shutil
 import sys
 
-from . import checks, cli, gloo_launch, hosts as hostlib, launch, rendezvous, supervise
+from . import (checks, cli, elastic_driver, gloo_launch, hosts as hostlib, launch, rendezvous,
+               supervise)
 
 
 def resolve_hosts(args, env=None):
@@ -44,6 +45,8 @@ def main(argv=None):
     if args.check_build:
         print(checks.format_build_info(checks.build_info(), checks.mpirun_version()))
         return 0
+    if cli.is_elastic(args):
+        return _launch_elastic(args)
     try:
         hosts, source = resolve_hosts(args)
     except hostlib.HostError as e:
@@ -171,6 +174,24 @@ def _launch_gloo(args, hosts, np_, source):
             return 127
     finally:
         store.stop()
+
+
+def _launch_elastic(args):
+    """An elastic job (Gloo controller, hvdrun's driver): hosts from the discovery script,
+    else as resolve_hosts gives them. No pre-launch check: hosts come and go."""
+    hosts = None
+    if not args.host_discovery_script:
+        try:
+            hosts, _ = resolve_hosts(args)
+        except hostlib.HostError as e:
+            print(f"hvdrun: {e}", file=sys.stderr)
+            return 2
+    if args.dry_run:
+        where = hostlib.format_hosts(hosts) if hosts else args.host_discovery_script
+        print(f"hvdrun: elastic job on {where}, settings "
+              f"{elastic_driver.rounds_settings(args, os.environ)}")
+        return 0
+    return elastic_driver.run(args, hosts, checks.is_local)
 
 
 def run_commandline():

@@ -67,6 +67,27 @@ def make_parser():
                      help="HOROVOD_GLOO_TIMEOUT_SECONDS: how long the workers' rendezvous "
                           "may take (default 30)")
 
+    el = p.add_argument_group("elastic (docs/running.md, Elastic jobs; implies --gloo)")
+    el.add_argument("--min-np", dest="min_np", type=_positive_int,
+                    help="fewest workers the job goes on with (default: -np, else 1); with "
+                         "fewer it waits up to --elastic-timeout for hosts")
+    el.add_argument("--max-np", dest="max_np", type=_positive_int,
+                    help="most workers the job grows to (default: no bound)")
+    el.add_argument("--host-discovery-script", dest="host_discovery_script",
+                    help="executable printing the current hosts, one 'host:slots' or 'host' "
+                         "per line; run every second")
+    el.add_argument("--slots", "--slots-per-host", dest="slots", type=_positive_int, default=1,
+                    help="slots of a host the discovery script lists without any (default 1)")
+    el.add_argument("--reset-limit", dest="reset_limit", type=int,
+                    help="most membership changes (resets) the job may go through")
+    el.add_argument("--blacklist-cooldown-range", dest="cooldown", type=_non_negative_float,
+                    nargs=2, metavar=("MIN", "MAX"),
+                    help="a host whose worker failed comes back after MIN..MAX seconds, "
+                         "doubling at each repeat (default: never)")
+    el.add_argument("--elastic-timeout", dest="elastic_timeout", type=_non_negative_float,
+                    default=600.0,
+                    help="seconds to wait for --min-np workers before ending (default 600)")
+
     tune = p.add_argument_group("tuning (each sets the HOROVOD_* variable of the same meaning)")
     tune.add_argument("--fusion-threshold-mb", dest="fusion_threshold_mb",
                       type=_non_negative_float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
@@ -114,4 +135,43 @@ def parse_args(argv):
         args.command = args.command[1:]
     if not (args.version or args.check_build) and not args.command:
         parser.error("no command to run (e.g. hvdrun -np 2 python train.py)")
+    problem = elastic_problem(args)
+    if problem:
+        parser.error(problem)
     return args
+
+
+def is_elastic(args):
+    """Elastic mode: any of --min-np, --max-np, --host-discovery-script."""
+    return (args.min_np is not None or args.max_np is not None
+            or args.host_discovery_script is not None)
+
+
+def elastic_problem(args):
+    """What is wrong with the elastic flags given together, or None."""
+    elastic = is_elastic(args)
+    if not elastic:
+        for flag, value in (("--reset-limit", args.reset_limit),
+                            ("--blacklist-cooldown-range", args.cooldown)):
+            if value is not None:
+                return (f"{flag} applies to elastic jobs only (give --min-np, --max-np or "
+                        "--host-discovery-script)")
+        return None
+    if args.gloo is False:
+        return "elastic jobs run on the Gloo controller: --mpi cannot be given with them"
+    if args.host_discovery_script and (args.hosts or args.hostfile):
+        return "give either --host-discovery-script or -H/--hostfile, not both"
+    if args.min_np and args.max_np and args.min_np > args.max_np:
+        return f"--min-np {args.min_np} is more than --max-np {args.max_np}"
+    if args.np and args.min_np and args.np < args.min_np:
+        return f"-np {args.np} is less than --min-np {args.min_np}"
+    if args.np and args.max_np and args.np > args.max_np:
+        return f"-np {args.np} is more than --max-np {args.max_np}"
+    if args.reset_limit is not None and args.reset_limit < 0:
+        return f"--reset-limit must be >= 0, got {args.reset_limit}"
+    if args.cooldown and args.cooldown[0] > args.cooldown[1]:
+        return (f"--blacklist-cooldown-range: MIN {args.cooldown[0]:g} is more than "
+                f"MAX {args.cooldown[1]:g}")
+    if not args.host_discovery_script and not args.hosts and not args.hostfile and not args.np:
+        return "an elastic job needs hosts: --host-discovery-script, -H or -np (this host)"
+    return None
