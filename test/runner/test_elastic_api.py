@@ -1,0 +1,150 @@
+"""The Python elastic API (horovod_cpp.torch.elastic.run + TorchState) against a membership
+driver played by this harness, as test_gloo_fault.py does: a store served here, the elastic
+variables (HOROVOD_ELASTIC=1, worker ids, no place variables), and the `assign/<id>/<n>` keys.
+
+One job, three membership changes: 3 workers train; one is SIGKILLed; the two survivors get
+HorovodInternalError, restore their last commit, set their `ready/<id>/1` keys and re-init at
+size 2 (generation 1); once they commit there, the harness SETs `elastic/hosts_updated/1`: both
+get HostsUpdatedInterrupt at the same commit, keep their state and re-init at size 3 with a new
+worker, which the sync brings to rank 0's state. The job must finish with identical parameters
+on every rank, equal (to float rounding) to one process replaying the sizes the steps ran at:
+no committed step lost, no step counted twice, no rank on a stale model.
+
+Skipped when the build has no Gloo (horovod_cpp.gloo_built()).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import horovod_cpp
+from horovod_cpp.runner import gloo_launch, rendezvous
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "elastic_api_worker.py")
+sys.path.insert(0, HERE)
+from elastic_api_worker import COMMIT_EVERY, STEPS, simulate  # noqa: E402
+from test_gloo_fault import Lines  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not horovod_cpp.gloo_built(),
+                                reason="this build has no Gloo (horovod_cpp.gloo_built())")
+
+OP_TIMEOUT_S = 5
+SLACK_S = 30
+SEEDS = {"node0:0": 11, "node1:0": 12, "node2:0": 13, "node3:0": 14}
+
+
+def field(line, name):
+    return int(re.search(rf"\b{name}=(\d+)", line).group(1))
+
+
+class Driver:
+    """The harness's side of the contract: starts workers with the elastic environment and
+    writes their assignments."""
+
+    def __init__(self):
+        self.secret = gloo_launch.new_secret()
+        self.store = rendezvous.StoreServer(self.secret).start()
+        self.procs, self.lines, self.index = {}, Lines(), {}
+
+    def assign(self, members, n_of, generation):
+        """Places `members` (worker ids, in rank order, one per host) as generation
+        `generation`; n_of[id] is the init count that assignment is for."""
+        hosts = [(wid.split(":")[0], 1) for wid in members]
+        for wid, place in zip(members, gloo_launch.place_workers(hosts, len(members))):
+            self.store.set(f"assign/{wid}/{n_of[wid]}", gloo_launch.assignment(place, generation))
+
+    def start(self, wid):
+        env = dict(os.environ)
+        for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                  "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
+            env.pop(k, None)
+        env.update(HOROVOD_GLOO="1", HOROVOD_CONTROLLER="gloo", HOROVOD_ELASTIC="1",
+                   HOROVOD_ELASTIC_TIMEOUT="90",
+                   HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1",
+                   HOROVOD_GLOO_RENDEZVOUS_PORT=str(self.store.port),
+                   HOROVOD_CPP_RENDEZVOUS_SECRET=self.secret,
+                   HOROVOD_CPP_WORKER_ID=wid, HOROVOD_HOSTNAME=wid.split(":")[0],
+                   HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S))
+        p = subprocess.Popen([sys.executable, WORKER, "--seed", str(SEEDS[wid]), "--worker", wid],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+        self.procs[wid] = p
+        self.index[wid] = len(self.index)
+        self.lines.follow(self.index[wid], p.stdout)
+
+    def wait_ready(self, wids, n, timeout):
+        """Waits until every worker of `wids` SET its `ready/<id>/<n>` key."""
+        deadline = time.monotonic() + timeout
+        while not all(self.store.check(f"ready/{w}/{n}") for w in wids):
+            assert time.monotonic() < deadline, \
+                f"ready/<id>/{n} not set by all of {wids} within {timeout} s"
+            time.sleep(0.05)
+
+    def close(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        self.store.stop()
+
+
+def test_killed_worker_then_added_worker_with_torch_state():
+    d = Driver()
+    first = ["node0:0", "node1:0", "node2:0"]
+    try:
+        d.assign(first, {w: 0 for w in first}, generation=0)
+        for w in first:
+            d.start(w)
+        # Kill the last worker once everyone committed twice at size 3.
+        d.lines.wait_for(rf"^COMMIT .*step={2 * COMMIT_EVERY} .*size=3", 3, 120)
+        d.procs["node2:0"].kill()
+        survivors = first[:2]
+        d.wait_ready(survivors, 1, OP_TIMEOUT_S + SLACK_S)
+        d.assign(survivors, {w: 1 for w in survivors}, generation=1)
+        resets = d.lines.wait_for(r"^RESET .*size=2", 2, SLACK_S)
+        restored = {field(ln, "step") for _, _, ln in resets}
+        assert len(restored) == 1, resets  # both restored the same commit
+        k1 = restored.pop()
+        assert k1 % COMMIT_EVERY == 0 and k1 >= 2 * COMMIT_EVERY, resets
+
+        # Grow: once both committed at size 2, flag generation 1 for a new membership.
+        d.lines.wait_for(r"^COMMIT .*size=2", 2, SLACK_S)
+        d.store.set("elastic/hosts_updated/1", "1")
+        d.wait_ready(survivors, 2, SLACK_S)
+        grown = survivors + ["node3:0"]
+        d.assign(grown, {"node0:0": 2, "node1:0": 2, "node3:0": 0}, generation=2)
+        d.start("node3:0")
+        resets = d.lines.wait_for(r"^RESET .*size=3", 2, SLACK_S)
+        kept = {field(ln, "step") for _, _, ln in resets}
+        assert len(kept) == 1, resets  # the interrupt came at the same commit on both
+        k2 = kept.pop()
+        assert k2 % COMMIT_EVERY == 0 and k2 > k1, (k1, k2)
+
+        done = d.lines.wait_for(r"^DONE ", 3, 120)
+        for wid in grown:
+            assert d.procs[wid].wait(timeout=60) == 0, wid
+        ranks = sorted((field(ln, "rank"), field(ln, "size"), field(ln, "step"))
+                       for _, _, ln in done)
+        assert ranks == [(0, 3, STEPS), (1, 3, STEPS), (2, 3, STEPS)]
+        params = {re.search(r"params=(\w+)", ln).group(1) for _, _, ln in done}
+        assert len(params) == 1, "the ranks finished with different parameters"
+        # The new worker started at the survivors' commit, after the sync.
+        trains = [ln for _, _, ln in d.lines.seen if ln.startswith("TRAIN worker=node3:0")]
+        assert trains and field(trains[0], "step") == k2, trains
+
+        import numpy as np
+        import torch
+        got = torch.from_numpy(np.frombuffer(bytes.fromhex(params.pop()), dtype=np.float32))
+        sizes = [3] * k1 + [2] * (k2 - k1) + [3] * (STEPS - k2)
+        want = simulate(SEEDS["node0:0"], sizes)
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (got - want).abs().max()
+        assert not torch.allclose(got, simulate(SEEDS["node0:0"], [3] * STEPS),
+                                  rtol=1e-5, atol=1e-6)
+    finally:
+        d.close()
