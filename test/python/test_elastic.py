@@ -55,6 +55,19 @@ def test_commit_outside_an_elastic_job_saves_and_raises_nothing(rank, size):
     assert hvd._C.elastic_generation() == 0
 
 
+def test_object_state_with_horovods_bcast_object_signature(rank):
+    """ObjectState(bcast_object, get_rank, **kwargs), as Horovod's: bcast_object(obj)."""
+    calls = []
+
+    def bcast(obj):
+        calls.append(obj)
+        return hvd.broadcast_object(obj, root_rank=0)
+
+    state = elastic.ObjectState(bcast, hvd.rank, lr=0.1 * (rank + 1))
+    state.sync()
+    assert state.lr == 0.1 and calls == [{"lr": 0.1 * (rank + 1)}]
+
+
 def test_reset_callbacks_run_in_order_after_reset():
     seen = []
     state = elastic.ObjectState()

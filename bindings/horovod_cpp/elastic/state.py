@@ -28,6 +28,10 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = bool(skip_sync)
 
 
+def _broadcast_from_0(obj):
+    return broadcast_object(obj, 0, name="horovod_cpp.elastic.objects")
+
+
 def _hosts_updated():
     """Whether the driver flagged the current generation for a new membership: a collective
     (rank 0 asks the store, the answer is broadcast), so every rank gets the same answer."""
@@ -38,11 +42,12 @@ class State:
     """What the elastic run loop needs of a training state. Subclasses implement save(),
     restore() and sync(); reset() (optional) adapts the state to a new size.
 
-    bcast_object: the object broadcast to use (default horovod_cpp's broadcast_object);
-    get_rank: the rank function (default horovod_cpp.rank)."""
+    bcast_object: called as bcast_object(obj), returns rank 0's obj on every rank (default
+    horovod_cpp's broadcast_object from rank 0); get_rank: the rank function (default
+    horovod_cpp.rank)."""
 
     def __init__(self, bcast_object=None, get_rank=None):
-        self._bcast_object = bcast_object if bcast_object is not None else broadcast_object
+        self._bcast_object = bcast_object if bcast_object is not None else _broadcast_from_0
         self._get_rank = get_rank if get_rank is not None else rank
         self._reset_callbacks = []
 
@@ -128,13 +133,12 @@ class ObjectState(State):
     def sync(self):
         if self._object_names:
             current = {name: getattr(self, name) for name in self._object_names}
-            self._set_objects(self._bcast_object(current, 0,
-                                                 name="horovod_cpp.elastic.objects"))
+            self._set_objects(self._bcast_object(current))
         self._save_objects()
 
 
-#: The errors after which the run loop restores the last commit and re-initialises: a lost
-#: peer (and what a lost peer leaves behind: a shut-down runtime, a failed transport). A
-#: MismatchError is the program's own bug and would recur after every reset, so it is raised.
 def _is_recoverable(error):
+    """Whether the run loop restores the last commit and re-initialises after `error`: a lost
+    peer and what it leaves behind (a shut-down runtime, a failed transport) are; a
+    MismatchError is the program's own bug, which would recur after every reset."""
     return isinstance(error, HorovodInternalError) and not isinstance(error, MismatchError)

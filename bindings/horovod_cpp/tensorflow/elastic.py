@@ -5,7 +5,7 @@ variables), with the common run loop. See docs/training.md ("Elastic training").
 from ..elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run,
                        run_fn)
 from ..elastic.state import ObjectState as _ObjectState
-from .functions import broadcast_object, broadcast_variables
+from .functions import broadcast_variables
 
 
 class _VariablesState(_ObjectState):
@@ -16,7 +16,7 @@ class _VariablesState(_ObjectState):
 
     def __init__(self, **kwargs):
         self._saved_values = None
-        super().__init__(bcast_object=broadcast_object, **kwargs)
+        super().__init__(**kwargs)
 
     def _variables(self):
         raise NotImplementedError

@@ -90,7 +90,7 @@ class TorchState(ObjectState):
             object.__setattr__(self, "model", None)
         if optimizer is None:
             object.__setattr__(self, "optimizer", None)
-        super().__init__(bcast_object=broadcast_object, **objects)
+        super().__init__(**objects)
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers")
