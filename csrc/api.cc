@@ -21,6 +21,7 @@
 #include "core/submission.h"
 #include "core/timeline.h"
 #include "horovod_cpp/api.h"
+#include "horovod_cpp/elastic.h"
 #include "horovod_cpp_build_config.h"
 #if HOROVOD_CPP_HAVE_GLOO
 #include "transport/factory/gloo_world.h"
@@ -132,6 +133,18 @@ int local_rank() { return runtime_or_throw("local_rank()")->world().local_rank()
 int local_size() { return runtime_or_throw("local_size()")->world().local_size(); }
 int cross_rank() { return runtime_or_throw("cross_rank()")->world().cross_rank(); }
 int cross_size() { return runtime_or_throw("cross_size()")->world().cross_size(); }
+
+// ---- elastic primitives (horovod_cpp/elastic.h) ----------------------------------------
+
+bool elastic::hosts_updated() {
+  bool updated = false;
+  throw_if_error(runtime_or_throw("elastic::hosts_updated()")->elastic_hosts_updated(&updated));
+  return updated;
+}
+
+int64_t elastic::generation() {
+  return runtime_or_throw("elastic::generation()")->world().elastic_generation();
+}
 
 // ---- process sets ----------------------------------------------------------------------
 

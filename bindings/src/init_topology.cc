@@ -37,6 +37,16 @@ void register_init_topology(py::module_& m) {
   m.def("cuda_built", &hvd::cuda_built);
   m.def("gloo_built", &hvd::gloo_built);
   m.def("gloo_enabled", &hvd::gloo_enabled);
+  m.def(
+      "elastic_hosts_updated",
+      []() {
+        py::gil_scoped_release nogil;  // collective: waits for every rank
+        return hvd::elastic::hosts_updated();
+      },
+      "Elastic mode (collective): whether the driver asked this membership to change (new "
+      "hosts), rank 0's answer on every rank; False when not elastic.");
+  m.def("elastic_generation", &hvd::elastic::generation,
+        "The current elastic membership's generation (0 when not elastic).");
 }
 
 }  // namespace hvdpy

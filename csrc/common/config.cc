@@ -98,6 +98,9 @@ Status GlooConfig::from_env(GlooConfig* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_GLOO_TIMEOUT_SECONDS", 0.001, &c.timeout_seconds));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS", 0.001, &c.op_timeout_seconds));
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_ELASTIC", &c.elastic));
+  HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_ELASTIC_TIMEOUT", 0.001, &c.elastic_timeout_seconds));
   if (c.secret.size() > 256) {
     return bad("HOROVOD_CPP_RENDEZVOUS_SECRET", "<" + std::to_string(c.secret.size()) + " chars>",
                "at most 256 characters");
@@ -125,6 +128,11 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_HUGE_PAGES", &c.huge_pages));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_ABORT_GRACE_SECONDS", 0.0, &c.abort_grace_seconds));
+  // Elastic mode: a lost peer is the program's to handle (restore, re-init) and the driver's
+  // to act on, never a watchdog's (GlooConfig::elastic reads the same variable).
+  bool elastic = false;
+  HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_ELASTIC", &elastic));
+  if (elastic) c.abort_grace_seconds = 0.0;
   if (auto v = lookup("HOROVOD_CPP_TEST_FAKE_VERSION"); v) c.test_fake_version = *v;
   if (auto v = lookup("HOROVOD_CPP_TEST_CORRUPT_RESPONSE"); v) c.test_corrupt_response = *v;
   HVD_RETURN_IF_ERROR(

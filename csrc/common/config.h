@@ -102,7 +102,8 @@ struct Config {
   /// HOROVOD_CPP_ABORT_GRACE_SECONDS (default 5, 0 = only at exit): after a fatal condition
   /// (a stall shutdown, a failed coordination; common/fatal.h) the job is ended with MPI_Abort
   /// this long afterwards unless every rank has called hvd::init() again, and at once at
-  /// process exit. Raise it to leave time for e.g. saving a checkpoint.
+  /// process exit. Raise it to leave time for e.g. saving a checkpoint. Always 0 with
+  /// HOROVOD_ELASTIC=1: there the program (its elastic loop) and the driver decide.
   double abort_grace_seconds = 5.0;
   /// HOROVOD_CPP_TEST_FAKE_VERSION (tests only, default empty): this rank claims to run this
   /// library version in the init-time check that every rank runs the same version and wire
@@ -177,6 +178,13 @@ struct GlooConfig {
   /// HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS (default 5): a collective waiting longer on a peer
   /// fails with hvd::InternalError on every surviving rank.
   double op_timeout_seconds = 5.0;
+  /// HOROVOD_ELASTIC=1: elastic mode (issue 37; hvdrun's elastic driver sets it). Every init()
+  /// reads its place from assign/<worker_id>/<n> after announcing itself with ready/<id>/<n>,
+  /// and a lost peer never ends the process (Config::abort_grace_seconds is 0).
+  bool elastic = false;
+  /// HOROVOD_ELASTIC_TIMEOUT (seconds, default 600): how long an elastic init() waits for its
+  /// assignment (the driver may be waiting for hosts); connecting keeps timeout_seconds.
+  double elastic_timeout_seconds = 600.0;
 
   /// Reads the variables above through `lookup` (getenv when empty).
   static Status from_env(GlooConfig* out,

@@ -257,6 +257,11 @@ Status Runtime::create_set(std::vector<int> ranks, int id) {
   return Status::OK();
 }
 
+Status Runtime::elastic_hosts_updated(bool* updated) {
+  std::lock_guard<std::mutex> collective(collective_mu_);
+  return world_->elastic_hosts_updated(updated);
+}
+
 Status Runtime::remove_process_set(int id) {
   if (id == 0) return Status::InvalidArgument("remove_process_set: the global set cannot be removed");
   std::lock_guard<std::mutex> collective(collective_mu_);

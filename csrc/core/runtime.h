@@ -38,6 +38,9 @@ class Runtime {
   Status remove_process_set(int id);
   /// Members of set `id` (global ranks); empty if no such set.
   std::vector<int> process_set_ranks(int id) const;
+  /// Collective over every rank (horovod_cpp/elastic.h): World::elastic_hosts_updated, one
+  /// world exchange at a time as for the sets.
+  Status elastic_hosts_updated(bool* updated);
 
   /// Stops every set (pending operations fail with a ShutdownError) and waits for them.
   void shutdown();
@@ -58,7 +61,7 @@ class Runtime {
   Config config_;
   std::unique_ptr<World> world_;
   std::unique_ptr<Timeline> timeline_;
-  std::mutex collective_mu_;    // serializes add/remove_process_set (collective MPI calls)
+  std::mutex collective_mu_;    // serializes the world's collectives (sets, hosts_updated)
   mutable std::mutex sets_mu_;  // never held across MPI calls
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_; member sets only
   /// sets_[0], set in start() before the runtime is published and never changed: find_set(0)

@@ -45,6 +45,15 @@ class World {
   /// on ranks that are not members.
   virtual Status make_set(int id, const std::vector<int>& ranks, const Config& config,
                           std::unique_ptr<SetPlanes>* out) = 0;
+  /// Collective over every rank (called under the runtime's collective lock): whether the
+  /// elastic driver asked this generation's membership to change (issue 37), rank 0's answer
+  /// on every rank. Worlds that are not elastic answer false without communicating.
+  virtual Status elastic_hosts_updated(bool* updated) {
+    *updated = false;
+    return Status::OK();
+  }
+  /// The generation of the elastic assignment this World runs (0 when not elastic).
+  virtual int64_t elastic_generation() const { return 0; }
 };
 
 /// The job's World (transport/factory/mpi_world.cc): over Gloo when HOROVOD_GLOO=1 or

@@ -100,6 +100,15 @@ TEST_CASE("config parses every variable", "[config]") {
   }
 }
 
+TEST_CASE("elastic mode has no abort watchdog, whatever the grace says", "[config]") {
+  Config c;
+  REQUIRE(load({{"HOROVOD_ELASTIC", "1"}, {"HOROVOD_CPP_ABORT_GRACE_SECONDS", "30"}}, &c).ok());
+  CHECK(c.abort_grace_seconds == 0.0);
+  REQUIRE(load({{"HOROVOD_ELASTIC", "0"}, {"HOROVOD_CPP_ABORT_GRACE_SECONDS", "30"}}, &c).ok());
+  CHECK(c.abort_grace_seconds == 30.0);
+  CHECK_FALSE(load({{"HOROVOD_ELASTIC", "2"}}, &c).ok());
+}
+
 TEST_CASE("bad values are errors naming the variable and the value", "[config]") {
   const std::map<std::string, std::vector<std::string>> bad = {
       {"HOROVOD_FUSION_THRESHOLD", {"-1", "abc", "12MB", "1e6", "99999999999999999999"}},

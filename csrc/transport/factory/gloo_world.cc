@@ -41,7 +41,18 @@ struct Place {
   int64_t generation = 0;
 };
 
+// The driver's word that this worker's part in the elastic job is over: "end,<reason>".
+constexpr char kEndPrefix[] = "end,";
+
 Status parse_assignment(const std::string& key, const std::string& text, Place* p) {
+  if (text.rfind(kEndPrefix, 0) == 0) {
+    // Not InternalError: the elastic loop restores and re-inits on that, and there is no
+    // next membership to join.
+    const std::string reason = text.substr(sizeof(kEndPrefix) - 1);
+    return Status::Shutdown(
+        "horovod_cpp: the elastic driver ended this worker's part in the job (" + key +
+        "): " + reason);
+  }
   long long v[7];
   char tail = 0;
   if (std::sscanf(text.c_str(), "%lld,%lld,%lld,%lld,%lld,%lld,%lld%c", &v[0], &v[1], &v[2], &v[3],
@@ -50,7 +61,7 @@ Status parse_assignment(const std::string& key, const std::string& text, Place* 
       v[4] < 0 || v[4] >= v[5] || v[6] < 0) {
     return Status::InvalidArgument("rendezvous key " + key + " holds '" + text +
                                    "', not rank,size,local_rank,local_size,cross_rank,cross_size,"
-                                   "generation with each rank below its size");
+                                   "generation with each rank below its size, nor end,<reason>");
   }
   *p = Place{int(v[0]), int(v[1]), int(v[2]), int(v[3]), int(v[4]), int(v[5]), v[6]};
   return Status::OK();
@@ -123,8 +134,14 @@ class GlooWorld : public World {
   Status broadcast(std::vector<int>* values, int count) override;
   Status make_set(int id, const std::vector<int>& ranks, const Config& config,
                   std::unique_ptr<SetPlanes>* out) override;
+  Status elastic_hosts_updated(bool* updated) override;
+  int64_t elastic_generation() const override { return config_.elastic ? place_.generation : 0; }
 
  private:
+  /// Reads this init's place from assign/<worker id>/<n> (elastic: after SETting
+  /// ready/<worker id>/<n>, waiting up to HOROVOD_ELASTIC_TIMEOUT).
+  Status read_assignment(const std::string& where, int n);
+
   GlooConfig config_;
   Place place_;
   std::unique_ptr<StoreClient> store_;
@@ -160,13 +177,15 @@ Status GlooWorld::init(const InitOptions& options) {
     store_ = std::make_unique<StoreClient>(config_.rendezvous_addr, int(config_.rendezvous_port),
                                            config_.secret, job_.connect_timeout);
   }));
-  const bool assigned = !config_.worker_id.empty() && (n > 0 || config_.rank < 0);
+  if (config_.elastic && config_.worker_id.empty()) {
+    return Status::InvalidArgument(
+        "HOROVOD_ELASTIC=1 needs HOROVOD_CPP_WORKER_ID (the elastic driver sets both)");
+  }
+  // Elastic workers take every place from the driver, the first one too.
+  const bool assigned =
+      !config_.worker_id.empty() && (config_.elastic || n > 0 || config_.rank < 0);
   if (assigned) {
-    const std::string key = "assign/" + config_.worker_id + "/" + std::to_string(n);
-    std::vector<char> value;
-    HVD_RETURN_IF_ERROR(
-        gloo_call(where, ("reading " + key).c_str(), [&] { value = store_->get(key); }));
-    HVD_RETURN_IF_ERROR(parse_assignment(key, std::string(value.begin(), value.end()), &place_));
+    HVD_RETURN_IF_ERROR(read_assignment(where, n));
   } else {
     HVD_RETURN_IF_ERROR(place_from_env(config_, &place_));
   }
@@ -188,6 +207,53 @@ Status GlooWorld::init(const InitOptions& options) {
   HVD_RETURN_IF_ERROR(GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
                                              "the job (Gloo)", &world_));
   g_abort_rank.store(place_.rank);
+  return Status::OK();
+}
+
+Status GlooWorld::read_assignment(const std::string& where, int n) {
+  const std::string id_n = config_.worker_id + "/" + std::to_string(n);
+  const std::string key = "assign/" + id_n;
+  std::vector<char> value;
+  if (!config_.elastic) {
+    HVD_RETURN_IF_ERROR(
+        gloo_call(where, ("reading " + key).c_str(), [&] { value = store_->get(key); }));
+  } else {
+    // The driver counts the workers waiting for the next membership by their ready keys.
+    const auto wait =
+        std::chrono::milliseconds(static_cast<int64_t>(config_.elastic_timeout_seconds * 1000));
+    const std::string what = "announcing ready/" + id_n + " and reading " + key;
+    Status st = gloo_call(where, what.c_str(), [&] {
+      store_->set("ready/" + id_n, {'1'});
+      value = store_->get(key, wait);
+    });
+    // No assignment in time means the driver is gone or gave up: nothing for the elastic
+    // loop to retry (an InternalError would make it restore and wait again).
+    if (!st.ok()) {
+      return Status::Shutdown(st.message() + " (elastic mode: HOROVOD_ELASTIC_TIMEOUT=" +
+                              seconds_str(config_.elastic_timeout_seconds) + ")");
+    }
+  }
+  return parse_assignment(key, std::string(value.begin(), value.end()), &place_);
+}
+
+Status GlooWorld::elastic_hosts_updated(bool* updated) {
+  *updated = false;
+  if (!config_.elastic) return Status::OK();
+  const std::string key = "elastic/hosts_updated/" + std::to_string(place_.generation);
+  int flag = 0;  // rank 0: 1 set, 0 not set, -1 the store failed (every rank then fails)
+  Status read = Status::OK();
+  if (place_.rank == 0) {
+    read = gloo_call("the rendezvous store", ("checking " + key).c_str(),
+                     [&] { flag = store_->check(key) ? 1 : 0; });
+    if (!read.ok()) flag = -1;
+  }
+  // Rank 0's answer for all: ranks that acted on different answers would part ways.
+  HVD_RETURN_IF_ERROR(world_->broadcast(&flag, sizeof(flag), 0));
+  if (flag < 0) {
+    return read.ok() ? Status::Internal("rank 0 could not read " + key + " from the store")
+                     : read;
+  }
+  *updated = flag == 1;
   return Status::OK();
 }
 

@@ -58,6 +58,22 @@ TEST_CASE("gloo config: defaults, the two switches and every variable", "[gloo]"
   CHECK(c.op_timeout_seconds == 0.5);
 }
 
+TEST_CASE("gloo config: elastic mode and its assignment timeout", "[gloo]") {
+  GlooConfig c;
+  REQUIRE(read({}, &c).ok());
+  CHECK_FALSE(c.elastic);
+  CHECK(c.elastic_timeout_seconds == 600.0);
+  REQUIRE(read({{"HOROVOD_ELASTIC", "1"}, {"HOROVOD_ELASTIC_TIMEOUT", "2.5"}}, &c).ok());
+  CHECK(c.elastic);
+  CHECK(c.elastic_timeout_seconds == 2.5);
+  CHECK(c.timeout_seconds == 30.0);  // connecting keeps its own timeout
+  Status s = read({{"HOROVOD_ELASTIC_TIMEOUT", "0"}}, &c);
+  CHECK(s.message().find("HOROVOD_ELASTIC_TIMEOUT='0' is not a finite number > 0") !=
+        std::string::npos);
+  s = read({{"HOROVOD_ELASTIC", "yes"}}, &c);
+  CHECK(s.message().find("HOROVOD_ELASTIC='yes' is not 0 or 1") != std::string::npos);
+}
+
 TEST_CASE("gloo config: bad values name the variable", "[gloo]") {
   GlooConfig c;
   Status s = read({{"HOROVOD_CONTROLLER", "nccl"}}, &c);
