@@ -11,6 +11,8 @@ schedule in one process for the harness to compare with. Lines it prints (flushe
 """
 
 import argparse
+import os
+import signal
 import sys
 import time
 
@@ -62,6 +64,9 @@ def main():
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--worker", required=True)
     p.add_argument("--step-seconds", type=float, default=0.05)
+    p.add_argument("--die-at-step", type=int, default=-1,
+                   help="SIGKILL this process when it is about to run this step (first "
+                        "generation): a loss in the middle of a commit interval, every time")
     a = p.parse_args()
     hvd.init()
     model = make_model(a.seed)  # every worker its own: the first sync makes them equal
@@ -77,6 +82,8 @@ def main():
     def train(state):
         say("TRAIN")
         while state.step < STEPS:
+            if state.step == a.die_at_step:
+                os.kill(os.getpid(), signal.SIGKILL)
             grads = local_gradients(state.model, state.step, hvd.rank())
             for i, (param, g) in enumerate(zip(state.model.parameters(), grads)):
                 param.grad = hvd.allreduce(g, op=hvd.Average, name=f"grad.{i}")
