@@ -131,28 +131,38 @@ def test_callbacks_count_and_commit(resume):
         hvdk.elastic.CommitStateCallback(state, batches_per_commit=0)
 
 
-class FailOnce(keras.callbacks.Callback):
-    """Raises HorovodInternalError once, at the end of batch `at` (after the callbacks before
-    it in the list ran), the way a collective raises it when a peer is lost."""
+def _lost_peer_error(kind):
+    """What a lost peer raises: HorovodInternalError from horovod_cpp's Python calls, or
+    TensorFlow's UnavailableError from its ops (inside model.fit)."""
+    if kind == "python":
+        return hvd.HorovodInternalError("injected: a peer was lost")
+    return tf.errors.UnavailableError(None, None, "horovod_cpp stopped: coordination failed: "
+                                                  "injected: a peer was lost")
 
-    def __init__(self, at):
+
+class FailOnce(keras.callbacks.Callback):
+    """Raises `error` once, at the end of batch `at` (after the callbacks before it in the
+    list ran), the way a collective raises it when a peer is lost."""
+
+    def __init__(self, at, error):
         super().__init__()
-        self.at, self.fired = at, False
+        self.at, self.error, self.fired = at, error, False
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.fired and batch == self.at:
             self.fired = True
-            raise hvd.HorovodInternalError("injected: a peer was lost")
+            raise self.error
 
 
-def test_fit_inside_the_run_loop_recovers_from_an_injected_failure():
+@pytest.mark.parametrize("kind", ["python", "tensorflow"])
+def test_fit_inside_the_run_loop_recovers_from_an_injected_failure(kind):
     r, n = hvd.rank(), hvd.size()
     model = _model(seed=20 + r, optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.05)))
     state = LoggingState(model, epoch=0, batch=0)
     resets = []
     state.register_reset_callbacks(lambda: resets.append(hvd.size()))
     x, y = _data(100 + r, 6 * PER_RANK)  # 6 batches an epoch
-    fail = FailOnce(at=3)
+    fail = FailOnce(at=3, error=_lost_peer_error(kind))
     committed = {}
 
     def train(state):
@@ -161,7 +171,7 @@ def test_fit_inside_the_run_loop_recovers_from_an_injected_failure():
                         shuffle=False, callbacks=_callbacks(state, per_commit=2) + [fail])
         return state.epoch
 
-    assert common.run_fn(train, common.reset)(state) == 3
+    assert hvdk.elastic.run(train)(state) == 3
     assert fail.fired and resets == [n]
     # The failure came after the commit of batch 4 (the 4th batch): restored there, fit again
     # for 3 epochs; Keras 3 runs that epoch in full, so its counter goes on to 10.
@@ -176,9 +186,27 @@ def test_fit_inside_the_run_loop_recovers_from_an_injected_failure():
         np.testing.assert_array_equal(other, first)
 
 
+@pytest.mark.parametrize("error", [
+    tf.errors.UnavailableError(None, None, "injected: not from our library's ops"),
+    tf.errors.FailedPreconditionError(None, None, "horovod_cpp: injected mismatch"),
+], ids=["unavailable_elsewhere", "mismatch"])
+def test_run_lets_other_tensorflow_errors_out(error):
+    resets = []
+    state = hvd.elastic.TensorFlowState([], step=0)
+    state.register_reset_callbacks(lambda: resets.append(1))
+
+    @hvd.elastic.run
+    def train(state):
+        raise error
+
+    with pytest.raises(type(error), match="injected"):
+        train(state)
+    assert resets == []
+
+
 def test_frontends_share_the_exception_and_loop():
     import horovod_cpp.tensorflow.keras as tk
     assert hvd.HostsUpdatedInterrupt is common.HostsUpdatedInterrupt
     assert hvd.elastic.HostsUpdatedInterrupt is hvdk.elastic.HostsUpdatedInterrupt
     assert tk.elastic.KerasState is hvdk.elastic.KerasState
-    assert hvd.elastic.run is common.run and hvdk.elastic.run is common.run
+    assert hvdk.elastic.run is hvd.elastic.run and hvd.elastic.run_fn is common.run_fn

@@ -2,10 +2,43 @@
 TensorFlowKerasState (a Keras model and its optimizer) and TensorFlowState (a list of
 variables), with the common run loop. See docs/training.md ("Elastic training")."""
 
-from ..elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run,
-                       run_fn)
+import contextlib
+import functools
+
+import tensorflow as tf
+
+from ..elastic import HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State, run_fn
+from ..elastic.loop import reset
 from ..elastic.state import ObjectState as _ObjectState
 from .functions import broadcast_variables
+
+
+@contextlib.contextmanager
+def _collective_errors():
+    """Turns the TensorFlow errors that horovod_cpp's ops raise for a lost peer
+    (UnavailableError) or a runtime shut down under them (AbortedError) into
+    HorovodInternalError, which the run loop answers with restore and reset. A collective's
+    other errors (a mismatch is FailedPreconditionError) and TensorFlow's own pass through."""
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+        if "horovod_cpp" not in str(e):
+            raise
+        raise HorovodInternalError(f"horovod_cpp elastic: a collective failed in TensorFlow "
+                                   f"({type(e).__name__}): {e.message}") from e
+
+
+def run(func):
+    """Decorator: `@hvd.elastic.run def train(state, ...)`, the common run loop
+    (horovod_cpp.elastic.run_fn) with the TensorFlow errors of a lost peer taken for
+    HorovodInternalError."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        with _collective_errors():
+            return func(state, *args, **kwargs)
+
+    return run_fn(wrapper, reset)
 
 
 class _VariablesState(_ObjectState):
@@ -44,7 +77,8 @@ class _VariablesState(_ObjectState):
 
     def sync(self):
         self._prepare_sync()
-        broadcast_variables(self._variables(), root_rank=0)
+        with _collective_errors():
+            broadcast_variables(self._variables(), root_rank=0)
         super().sync()  # the plain attributes (broadcast, then saved)
         self._save_values()  # a rank that just joined restores what it synced
 

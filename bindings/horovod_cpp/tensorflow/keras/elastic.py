@@ -4,7 +4,7 @@ API for Keras 3: KerasState and the callbacks that keep it current during model.
 import keras
 
 from ..elastic import (HorovodInternalError, HostsUpdatedInterrupt, ObjectState, State,
-                       TensorFlowKerasState, run, run_fn)
+                       TensorFlowKerasState, run, run_fn)  # run: TensorFlow's errors mapped
 
 
 class KerasState(TensorFlowKerasState):
