@@ -18,83 +18,28 @@ Skipped when the build has no Gloo (horovod_cpp.gloo_built()).
 import os
 import re
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 import horovod_cpp
-from horovod_cpp.runner import gloo_launch, rendezvous
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "elastic_api_worker.py")
 sys.path.insert(0, HERE)
 from elastic_api_worker import COMMIT_EVERY, STEPS, simulate  # noqa: E402
-from test_gloo_fault import Lines  # noqa: E402
+from elastic_harness import OP_TIMEOUT_S, Driver, field  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not horovod_cpp.gloo_built(),
                                 reason="this build has no Gloo (horovod_cpp.gloo_built())")
 
-OP_TIMEOUT_S = 5
 SLACK_S = 30
 DIE_AT = 2 * COMMIT_EVERY + COMMIT_EVERY // 2
 SEEDS = {"node0:0": 11, "node1:0": 12, "node2:0": 13, "node3:0": 14}
 
 
-def field(line, name):
-    return int(re.search(rf"\b{name}=(\d+)", line).group(1))
-
-
-class Driver:
-    """The harness's side of the contract: starts workers with the elastic environment and
-    writes their assignments."""
-
-    def __init__(self):
-        self.secret = gloo_launch.new_secret()
-        self.store = rendezvous.StoreServer(self.secret).start()
-        self.procs, self.lines, self.index = {}, Lines(), {}
-
-    def assign(self, members, n_of, generation):
-        """Places `members` (worker ids, in rank order, one per host) as generation
-        `generation`; n_of[id] is the init count that assignment is for."""
-        hosts = [(wid.split(":")[0], 1) for wid in members]
-        for wid, place in zip(members, gloo_launch.place_workers(hosts, len(members))):
-            self.store.set(f"assign/{wid}/{n_of[wid]}", gloo_launch.assignment(place, generation))
-
-    def start(self, wid, *extra):
-        env = dict(os.environ)
-        for k in ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
-                  "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE"):
-            env.pop(k, None)
-        env.update(HOROVOD_GLOO="1", HOROVOD_CONTROLLER="gloo", HOROVOD_ELASTIC="1",
-                   HOROVOD_ELASTIC_TIMEOUT="90",
-                   HOROVOD_GLOO_RENDEZVOUS_ADDR="127.0.0.1",
-                   HOROVOD_GLOO_RENDEZVOUS_PORT=str(self.store.port),
-                   HOROVOD_CPP_RENDEZVOUS_SECRET=self.secret,
-                   HOROVOD_CPP_WORKER_ID=wid, HOROVOD_HOSTNAME=wid.split(":")[0],
-                   HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S))
-        p = subprocess.Popen([sys.executable, WORKER, "--seed", str(SEEDS[wid]), "--worker", wid,
-                              *extra], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
-        self.procs[wid] = p
-        self.index[wid] = len(self.index)
-        self.lines.follow(self.index[wid], p.stdout)
-
-    def wait_ready(self, wids, n, timeout):
-        """Waits until every worker of `wids` SET its `ready/<id>/<n>` key."""
-        deadline = time.monotonic() + timeout
-        while not all(self.store.check(f"ready/{w}/{n}") for w in wids):
-            assert time.monotonic() < deadline, \
-                f"ready/<id>/{n} not set by all of {wids} within {timeout} s"
-            time.sleep(0.05)
-
-    def close(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        self.store.stop()
+def worker(wid, *extra):
+    return [sys.executable, WORKER, "--seed", str(SEEDS[wid]), "--worker", wid, *extra]
 
 
 def test_killed_worker_then_added_worker_with_torch_state():
@@ -103,8 +48,8 @@ def test_killed_worker_then_added_worker_with_torch_state():
     try:
         d.assign(first, {w: 0 for w in first}, generation=0)
         for w in first[:2]:
-            d.start(w)
-        d.start(first[2], "--die-at-step", str(DIE_AT))
+            d.start(w, worker(w))
+        d.start(first[2], worker(first[2], "--die-at-step", str(DIE_AT)))
         assert d.procs["node2:0"].wait(timeout=120) == -signal.SIGKILL
         survivors = first[:2]
         d.wait_ready(survivors, 1, OP_TIMEOUT_S + SLACK_S)
@@ -123,7 +68,7 @@ def test_killed_worker_then_added_worker_with_torch_state():
         d.wait_ready(survivors, 2, SLACK_S)
         grown = survivors + ["node3:0"]
         d.assign(grown, {"node0:0": 2, "node1:0": 2, "node3:0": 0}, generation=2)
-        d.start("node3:0")
+        d.start("node3:0", worker("node3:0"))
         resets = d.lines.wait_for(r"^RESET .*size=3", 2, SLACK_S)
         kept = {field(ln, "step") for _, _, ln in resets}
         assert len(kept) == 1, resets  # the interrupt came at the same commit on both

@@ -136,8 +136,8 @@ def _lost_peer_error(kind):
     TensorFlow's UnavailableError from its ops (inside model.fit)."""
     if kind == "python":
         return hvd.HorovodInternalError("injected: a peer was lost")
-    return tf.errors.UnavailableError(None, None, "horovod_cpp stopped: coordination failed: "
-                                                  "injected: a peer was lost")
+    cls = tf.errors.UnavailableError if kind == "eager_op" else tf.errors.InternalError
+    return cls(None, None, "horovod_cpp stopped: coordination failed: injected: a peer was lost")
 
 
 class FailOnce(keras.callbacks.Callback):
@@ -154,7 +154,7 @@ class FailOnce(keras.callbacks.Callback):
             raise self.error
 
 
-@pytest.mark.parametrize("kind", ["python", "tensorflow"])
+@pytest.mark.parametrize("kind", ["python", "eager_op", "graph_op"])
 def test_fit_inside_the_run_loop_recovers_from_an_injected_failure(kind):
     r, n = hvd.rank(), hvd.size()
     model = _model(seed=20 + r, optimizer=hvdk.DistributedOptimizer(keras.optimizers.SGD(0.05)))
@@ -188,8 +188,9 @@ def test_fit_inside_the_run_loop_recovers_from_an_injected_failure(kind):
 
 @pytest.mark.parametrize("error", [
     tf.errors.UnavailableError(None, None, "injected: not from our library's ops"),
+    tf.errors.InternalError(None, None, "injected: not from our library's ops"),
     tf.errors.FailedPreconditionError(None, None, "horovod_cpp: injected mismatch"),
-], ids=["unavailable_elsewhere", "mismatch"])
+], ids=["unavailable_elsewhere", "internal_elsewhere", "mismatch"])
 def test_run_lets_other_tensorflow_errors_out(error):
     resets = []
     state = hvd.elastic.TensorFlowState([], step=0)

@@ -16,12 +16,13 @@ from .functions import broadcast_variables
 @contextlib.contextmanager
 def _collective_errors():
     """Turns the TensorFlow errors that horovod_cpp's ops raise for a lost peer
-    (UnavailableError) or a runtime shut down under them (AbortedError) into
-    HorovodInternalError, which the run loop answers with restore and reset. A collective's
-    other errors (a mismatch is FailedPreconditionError) and TensorFlow's own pass through."""
+    (UnavailableError eagerly; inside a tf.function TensorFlow replaces it by InternalError) or
+    a runtime shut down under them (AbortedError) into HorovodInternalError, which the run loop
+    answers with restore and reset. A collective's other errors (a mismatch is
+    FailedPreconditionError) and TensorFlow's own (no "horovod_cpp" in them) pass through."""
     try:
         yield
-    except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.InternalError) as e:
         if "horovod_cpp" not in str(e):
             raise
         raise HorovodInternalError(f"horovod_cpp elastic: a collective failed in TensorFlow "
