@@ -2,7 +2,6 @@
 #pragma once
 
 #include "horovod_cpp/api.h"
-#include "horovod_cpp/elastic.h"
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/handle.h"
 #include "horovod_cpp/options.h"

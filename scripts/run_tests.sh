@@ -31,6 +31,7 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   # DDP peer benchmark, correctness only: both exchanges give the exact averaged-SGD parameters.
   timeout --kill-after=30 600 mpirun --oversubscribe --allow-run-as-root -np 2 "$VENV/bin/python" examples/benchmark/ddp_vs_hvd.py --smoke || fail "ddp_vs_hvd --smoke"
   # The launcher (hvdrun starts mpirun itself, so these run outside mpirun).
+  HVD_DIGITS_ELASTIC=$(realpath -m "$BUILD_DIR/examples/digits_elastic") \
   HVDRUN_REQUIRE_SCRIPT=1 "$VENV/bin/python" -m pytest -p no:cacheprovider -q test/runner || fail "pytest test/runner"
   # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh; rc=$?

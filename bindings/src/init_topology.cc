@@ -1,5 +1,6 @@
 // Copyright horovod_cpp authors. init/shutdown, topology and build queries.
 #include "bindings.h"
+#include "horovod_cpp/elastic.h"
 
 namespace hvdpy {
 

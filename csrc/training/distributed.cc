@@ -5,12 +5,14 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 
 #include "common/half.h"
+#include "horovod_cpp/elastic.h"
 #include "horovod_cpp/errors.h"
 #include "horovod_cpp/training.h"
 #include "training/in_flight.h"
@@ -27,7 +29,22 @@ float half_to_float(uint16_t h) { return fp16_to_float(h); }
 
 namespace {
 
-std::atomic<uint64_t> g_check_counter{0};
+// Checks made in the current elastic generation (each check's collectives get a name of their
+// own). Counted from 0 again in every generation: a worker that joins an elastic job later
+// must name its checks as the workers that were there before it do.
+std::mutex g_check_mu;
+uint64_t g_check_counter = 0;     // guarded by g_check_mu
+int64_t g_check_generation = -1;  // guarded by g_check_mu
+
+std::string next_check_name() {
+  const int64_t gen = elastic::generation();
+  std::lock_guard<std::mutex> lk(g_check_mu);
+  if (gen != g_check_generation) {
+    g_check_generation = gen;
+    g_check_counter = 0;
+  }
+  return "hvd.training.check.g" + std::to_string(gen) + "." + std::to_string(g_check_counter++);
+}
 
 struct Described {
   std::string name;
@@ -68,7 +85,7 @@ void check_entries_consistent(const std::vector<Described>& local, const std::st
     std::vector<unsigned char> bytes;
     std::vector<int64_t> size;  // every rank's byte count, to split the concatenation
   } sent{std::vector<unsigned char>(blob.begin(), blob.end()), {static_cast<int64_t>(blob.size())}};
-  const std::string cname = "hvd.training.check." + std::to_string(g_check_counter++);
+  const std::string cname = next_check_name();
   const std::vector<Handle> hs{
       allgather_async(cname, TensorView(sent.bytes.empty() ? nullptr : sent.bytes.data(), DataType::kUInt8,
                                         Shape{static_cast<int64_t>(sent.bytes.size())})),
