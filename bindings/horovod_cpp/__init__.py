@@ -20,5 +20,7 @@ from ._numpy_ops import (Handle, allgather, allgather_async, allreduce, allreduc
                          grouped_reducescatter, grouped_reducescatter_async, join, poll,
                          reducescatter, reducescatter_async, synchronize)
 from ._objects import allgather_object, broadcast_object
+from . import elastic
+from .elastic import HostsUpdatedInterrupt
 
 __version__ = "0.1.0"

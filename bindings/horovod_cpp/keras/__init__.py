@@ -2,6 +2,7 @@
 backend)."""
 
 from ..tensorflow.keras import *  # noqa: F401,F403
+from . import elastic
 from ..tensorflow.keras import (DistributedOptimizer, PartialDistributedOptimizer,
                                 SyncBatchNormalization,
                                 broadcast_global_variables, callbacks, load_model)

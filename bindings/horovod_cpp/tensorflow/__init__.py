@@ -13,7 +13,9 @@ from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutErro
                        is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                        mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
                        rocm_built, shutdown, size, start_timeline, stop_timeline)
+from . import elastic
 from .compression import Compression
+from .elastic import HostsUpdatedInterrupt
 from .functions import (allgather_object, allreduce, broadcast_, broadcast_global_variables,
                         broadcast_object, broadcast_variables, grouped_allreduce,
                         grouped_reducescatter, handle_average_backwards_compatibility,

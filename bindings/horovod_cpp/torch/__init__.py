@@ -10,7 +10,9 @@ from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutErro
                        is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                        mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
                        rocm_built, shutdown, size, start_timeline, stop_timeline)
+from . import elastic
 from .compression import Compression
+from .elastic import HostsUpdatedInterrupt
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
 from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,

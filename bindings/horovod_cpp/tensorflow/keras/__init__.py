@@ -16,7 +16,7 @@ from .. import (allgather, allgather_object, allreduce, alltoall, barrier, broad
                 join, reducescatter)
 from ..compression import Compression
 from ..functions import broadcast_variables
-from . import callbacks
+from . import callbacks, elastic
 from .optimizer import DistributedOptimizer, PartialDistributedOptimizer, _wrap_in_place
 from ..gradients import GradientReducer
 from ..sync_batch_norm import SyncBatchNormalization
