@@ -13,6 +13,7 @@ Skipped without Gloo or without the library's elastic primitives.
 """
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -274,7 +275,7 @@ def test_cpp_digits_under_hvdrun_loses_a_worker_and_grows_back(tmp_path):
     script.chmod(0o755)
     cmd = hvdrun_cmd() + ["--host-discovery-script", str(script), "--rsh-agent",
                           fake_agent(tmp_path), "--network-interface", "lo", "-np", "3",
-                          "--min-np", "2", "--blacklist-cooldown-range", "3", "4", DIGITS,
+                          "--min-np", "2", "--blacklist-cooldown-range", "6", "7", DIGITS,
                           "--epochs", "30", "--commit-every", "5", "--step-sleep-ms", "40",
                           "--min-accuracy", "0.95"]
     e = dict(os.environ)
@@ -303,8 +304,14 @@ def test_cpp_digits_under_hvdrun_loses_a_worker_and_grows_back(tmp_path):
         t.join(timeout=10)
     out = "".join(lines)
     assert rc == 0, out
-    assert "hvdrun: generation 1: 2 workers (hA:0, hA:1)" in out, out
-    assert "hvdrun: generation 2: 3 workers (hA:0, hA:1, hB:0.1)" in out, out
+    # Usually the job goes on at 2 and hB comes back in generation 2; on a loaded machine the
+    # round after the kill can outlast hB's cooldown, and then generation 1 already has hB's
+    # new worker. Either way the killed worker's host returns with a new worker id.
+    gens = re.findall(r"hvdrun: generation (\d+): (\d+) workers \(([^)]*)\)", out)
+    assert gens and gens[0] == ("0", "3", "hA:0, hA:1, hB:0"), out
+    assert len(gens) >= 2 and gens[1][0] == "1", out
+    assert gens[1][1:] in (("2", "hA:0, hA:1"), ("3", "hA:0, hA:1, hB:0.1")), out
+    assert gens[-1][1:] == ("3", "hA:0, hA:1, hB:0.1"), out
     for tag, rank in (("hA:0", 0), ("hA:1", 1), ("hB:0.1", 2)):
         assert f"[1,{tag}]<stdout>:rank {rank}/3: held-out accuracy" in out, out
     assert out.count("parameters identical to rank 0's") == 3, out
