@@ -262,12 +262,30 @@ DIGITS = os.environ.get("HVD_DIGITS_ELASTIC") or os.path.join(
     HERE, "..", "..", "build", "examples", "digits_elastic")
 
 
-@pytest.mark.skipif(not os.path.exists(DIGITS), reason=f"no digits_elastic at {DIGITS}")
-def test_cpp_digits_under_hvdrun_loses_a_worker_and_grows_back(tmp_path):
-    """examples/digits_elastic (the C++ elastic API) under hvdrun's driver: hB's worker is
-    SIGKILLed at epoch 3, the job goes on at 2, hB comes back after its cooldown and the job
-    ends at 3 with a new worker; the example checks its accuracy and that every rank's
-    parameters are bit-identical to rank 0's (exit 1 otherwise)."""
+TORCH_DIGITS = os.path.join(HERE, "..", "..", "examples", "elastic", "torch_digits_elastic.py")
+
+
+def _torch_importable():
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+@pytest.mark.parametrize("program", [
+    pytest.param([DIGITS], id="cpp", marks=pytest.mark.skipif(
+        not os.path.exists(DIGITS), reason=f"no digits_elastic at {DIGITS}")),
+    pytest.param([sys.executable, TORCH_DIGITS], id="torch", marks=pytest.mark.skipif(
+        not _torch_importable(), reason="no torch")),
+])
+def test_digits_under_hvdrun_loses_a_worker_and_grows_back(tmp_path, program):
+    """The digits job under hvdrun's driver, in C++ (examples/digits_elastic, the C++ elastic
+    API) and in Python (examples/elastic/torch_digits_elastic.py, horovod_cpp.torch.elastic:
+    TorchState, ElasticSampler, run): hB's worker is SIGKILLed at epoch 3, the job goes on at
+    2, hB comes back after its cooldown and the job ends at 3 with a new worker; the program
+    checks its accuracy and that every rank's parameters are bit-identical to rank 0's (exit 1
+    otherwise)."""
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("hA:2\nhB:1\n")
     script = tmp_path / "discover.sh"
@@ -275,7 +293,7 @@ def test_cpp_digits_under_hvdrun_loses_a_worker_and_grows_back(tmp_path):
     script.chmod(0o755)
     cmd = hvdrun_cmd() + ["--host-discovery-script", str(script), "--rsh-agent",
                           fake_agent(tmp_path), "--network-interface", "lo", "-np", "3",
-                          "--min-np", "2", "--blacklist-cooldown-range", "6", "7", DIGITS,
+                          "--min-np", "2", "--blacklist-cooldown-range", "6", "7", *program,
                           "--epochs", "30", "--commit-every", "5", "--step-sleep-ms", "40",
                           "--min-accuracy", "0.95"]
     e = dict(os.environ)
