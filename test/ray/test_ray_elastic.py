@@ -4,13 +4,15 @@ middle of training and finish on the 2 survivors with identical parameters, equa
 of the steps at the sizes they ran at, and a committed step sequence with no gap or repeat;
 too few slots for min_workers fails with a clear error, in bounded time.
 
-Growing the job (a Ray node joining) is not tested here: it needs a cluster of its own
-(ray.cluster_utils, as test_ray_multinode.py) and the hvdrun tests (test_elastic_jobs.py) cover
-the same rounds' growth.
+Growing: a Ray node joins a 2-worker job (elastic_grow_driver.py, its own two-node cluster
+made with ray.cluster_utils, run as a separate driver process as test_ray_multinode.py does).
 """
 
 import faulthandler
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -23,7 +25,10 @@ ray = skip_without_ray()
 from horovod_cpp.ray import ElasticRayExecutor  # noqa: E402
 
 STEPS = 40
-KILL_AT_STEP = 8  # the last rank of generation 0 asks to be killed after this commit
+#: elastic_grow_driver.py's job: long enough for a node to join after MARK_STEP.
+GROW_STEPS, GROW_SLEEP_S = 60, 0.25
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARK_STEP = 8  # the last rank of generation 0 writes the marker after this commit
 
 
 @pytest.fixture(autouse=True)
@@ -41,10 +46,11 @@ def gradient(step, rank):
     return np.random.default_rng(1000 * step + rank).integers(-100, 100, 8).astype(np.float64)
 
 
-def elastic_job(marker):
-    """A training loop under the elastic run loop; returns (worker id, parameters, log of
-    (step, size) committed). The last rank of generation 0 writes its id to `marker` after
-    committing KILL_AT_STEP and keeps training until the test kills its actor."""
+def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1):
+    """A training loop of `steps` steps under the elastic run loop; returns (worker id,
+    parameters, log of (step, size) committed). The last rank of generation 0 writes its id
+    to `marker` after committing `mark_step` (the test then kills that actor, or adds a
+    node) and trains on."""
     import horovod_cpp as hvd
     import horovod_cpp.elastic as elastic
 
@@ -54,22 +60,37 @@ def elastic_job(marker):
 
     @elastic.run
     def train(state):
-        while state.step < STEPS:
+        while state.step < steps:
             step = state.step + 1
             total = hvd.allreduce(gradient(step, hvd.rank()), op=hvd.Sum, name="t.grad")
             state.params = state.params + total
             state.step = step
             state.log.append((step, hvd.size()))
             state.commit()
-            if (step == KILL_AT_STEP and hvd.rank() == hvd.size() - 1
+            if (step == mark_step and hvd.rank() == hvd.size() - 1
                     and not os.path.exists(marker)):
                 with open(marker + ".tmp", "w") as f:
                     f.write(wid)
                 os.replace(marker + ".tmp", marker)
-            time.sleep(0.1)
+            time.sleep(sleep_s)
         return wid, state.params.tolist(), state.log
 
     return train(state)
+
+
+def check_job(results, steps):
+    """Checks elastic_job's results: every worker holds the same parameters and log, the
+    committed steps are 1..steps (no gap, no repeat), and the parameters are the sum of the
+    gradients of ranks 0..n-1 at each step, n the size that step ran at. Returns the sizes."""
+    _, params, log = results[0]
+    for _, p, lg in results[1:]:
+        assert p == params and lg == log
+    assert [s for s, _ in log] == list(range(1, steps + 1)), log
+    want = np.zeros(8)
+    for step, n in log:
+        want += sum(gradient(step, r) for r in range(n))
+    np.testing.assert_array_equal(np.array(params), want)
+    return [n for _, n in log]
 
 
 # ---- the tests -------------------------------------------------------------------------------
@@ -97,7 +118,7 @@ def test_actor_killed_mid_training_job_goes_on(ray_cluster, tmp_path):
         deadline = time.monotonic() + 180
         while not os.path.exists(marker) and thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert os.path.exists(marker), f"no worker reached step {KILL_AT_STEP}: {out}"
+        assert os.path.exists(marker), f"no worker reached step {MARK_STEP}: {out}"
         victim = open(marker).read()
         ray.kill(ex.workers[victim], no_restart=True)
         thread.join(timeout=180)
@@ -111,17 +132,9 @@ def test_actor_killed_mid_training_job_goes_on(ray_cluster, tmp_path):
     assert len(results) == 2, results
     wids = [r[0] for r in results]
     assert victim not in wids and set(wids) <= set(generations[0][1])
-    _, params, log = results[0]
-    for _, p, lg in results[1:]:
-        assert p == params and lg == log
-    assert [s for s, _ in log] == list(range(1, STEPS + 1))  # no gap, no repeat
-    sizes = [n for _, n in log]
-    assert sizes[:KILL_AT_STEP] == [3] * KILL_AT_STEP and sizes[-1] == 2, sizes
+    sizes = check_job(results, STEPS)
+    assert sizes[:MARK_STEP] == [3] * MARK_STEP and sizes[-1] == 2, sizes
     assert sizes == sorted(sizes, reverse=True), sizes
-    want = np.zeros(8)
-    for step, n in log:
-        want += sum(gradient(step, r) for r in range(n))
-    np.testing.assert_array_equal(np.array(params), want)
 
 
 def test_min_workers_not_met_fails_clearly(ray_cluster):
@@ -135,3 +148,14 @@ def test_min_workers_not_met_fails_clearly(ray_cluster):
     finally:
         ex.shutdown()
     assert time.monotonic() - t0 < 30
+
+
+def test_node_joins_job_grows():
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "elastic_grow_driver.py")],
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    sizes = check_job(out["results"], GROW_STEPS)
+    # Generation 0 on the head node's 2 slots; the joined node's 2 slots added at a commit.
+    assert sizes[0] == 2 and sizes[-1] == 4 and sizes == sorted(sizes), sizes
+    assert [len(ws) for _, ws in out["generations"]] == [2, 4], out["generations"]

@@ -155,11 +155,10 @@ class ElasticRayExecutor:
         return [n for n in ray.nodes() if n.get("Alive")]
 
     def _discover(self):
-        """[(host, slots)] of Ray's alive nodes; hosts named as RayExecutor names them."""
-        nodes = self._alive_nodes()
-        infos = [placement.ActorInfo(n["NodeID"], n["NodeManagerAddress"], []) for n in nodes]
+        """[(host, slots)] of Ray's alive nodes (each node's host name is _host_name's)."""
         out = []
-        for node, name in zip(nodes, placement.host_names(infos)):
+        for node in self._alive_nodes():
+            name = self._host_name(node["NodeID"], node["NodeManagerAddress"])
             res = node.get("Resources", {})
             slots = int(res.get("CPU", 0) // self._cpus)
             if self._gpus:
@@ -168,6 +167,15 @@ class ElasticRayExecutor:
                 self._node_of[name] = node["NodeID"]
                 out.append((name, slots))
         return out
+
+    def _host_name(self, node_id, ip):
+        """A node's host name, fixed at its first sighting: its IP, or `ip~<node id prefix>`
+        when another node already has that IP (several raylets on one machine). Names must
+        not change when nodes come and go: a renamed host would look like one that left."""
+        for name, known in self._node_of.items():
+            if known == node_id:
+                return name
+        return ip if ip not in self._node_of else f"{ip}~{node_id[:12]}"
 
     # ---- the job ------------------------------------------------------------------------
     def run(self, worker_fn, callbacks=None):
