@@ -8,7 +8,6 @@ Growing: a Ray node joins a 2-worker job (elastic_grow_driver.py, its own two-no
 made with ray.cluster_utils, run as a separate driver process as test_ray_multinode.py does).
 """
 
-import faulthandler
 import json
 import os
 import subprocess
@@ -29,15 +28,6 @@ STEPS = 40
 GROW_STEPS, GROW_SLEEP_S = 60, 0.25
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARK_STEP = 8  # the last rank of generation 0 writes the marker after this commit
-
-
-@pytest.fixture(autouse=True)
-def per_test_timeout():
-    """A test that hangs dumps the stacks and ends the run instead of blocking CI."""
-    faulthandler.dump_traceback_later(float(os.environ.get("HVD_TEST_TIMEOUT_S", "300")),
-                                      exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 # ---- run inside the workers ------------------------------------------------------------------
