@@ -1,8 +1,8 @@
 """An ElasticRayExecutor job on a Ray cluster of its own (ray.cluster_utils, on this machine),
 run as a separate driver process by test_ray_elastic.py (the other tests' driver holds the
 one-node cluster): 2 workers on a 2-CPU head node; once the last rank commits
-test_ray_elastic.MARK_STEP, a second 2-CPU node joins, and the job must grow to 4 workers at
-a commit. Prints one JSON line: the results and the generations."""
+test_ray_elastic.MARK_STEP, a second 2-CPU node joins (the workers wait for it there), and
+the job must grow to 4 workers at a commit. Prints one JSON line: the results and the generations."""
 
 import json
 import os
@@ -35,7 +35,7 @@ def main():
         try:
             out["results"] = ex.run(
                 lambda: jobs.elastic_job(marker, jobs.MARK_STEP, jobs.GROW_STEPS,
-                                         jobs.GROW_SLEEP_S),
+                                         jobs.GROW_SLEEP_S, hold=True),
                 callbacks=[lambda g, ws: generations.append((g, ws))])
         except BaseException as e:  # reported below
             out["error"] = repr(e)
@@ -50,6 +50,9 @@ def main():
         if not os.path.exists(marker):
             raise SystemExit(f"no worker reached step {jobs.MARK_STEP}: {out}")
         cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        with open(marker + ".go", "w"):  # the workers, held after that commit, train on
+            pass
         thread.join(timeout=150)
         if thread.is_alive():
             raise SystemExit("run() did not return")

@@ -24,8 +24,8 @@ ray = skip_without_ray()
 from horovod_cpp.ray import ElasticRayExecutor  # noqa: E402
 
 STEPS = 40
-#: elastic_grow_driver.py's job: long enough for a node to join after MARK_STEP.
-GROW_STEPS, GROW_SLEEP_S = 60, 0.25
+#: elastic_grow_driver.py's job (its workers wait for the joining node after MARK_STEP).
+GROW_STEPS, GROW_SLEEP_S = 40, 0.2
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARK_STEP = 8  # the last rank of generation 0 writes the marker after this commit
 
@@ -36,11 +36,13 @@ def gradient(step, rank):
     return np.random.default_rng(1000 * step + rank).integers(-100, 100, 8).astype(np.float64)
 
 
-def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1):
+def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold=False):
     """A training loop of `steps` steps under the elastic run loop; returns (worker id,
     parameters, log of (step, size) committed). The last rank of generation 0 writes its id
-    to `marker` after committing `mark_step` (the test then kills that actor, or adds a
-    node) and trains on."""
+    to `marker` just before committing `mark_step` (the test then kills that actor, or adds a
+    node). With `hold`, every rank then waits (up to 120 s) for the file `marker`.go, written
+    by the test once its node has joined: all ranks are past that commit's collective, so
+    they wait at the same point and leave it together."""
     import horovod_cpp as hvd
     import horovod_cpp.elastic as elastic
 
@@ -56,12 +58,16 @@ def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1):
             state.params = state.params + total
             state.step = step
             state.log.append((step, hvd.size()))
-            state.commit()
             if (step == mark_step and hvd.rank() == hvd.size() - 1
                     and not os.path.exists(marker)):
                 with open(marker + ".tmp", "w") as f:
                     f.write(wid)
                 os.replace(marker + ".tmp", marker)
+            state.commit()
+            deadline = time.monotonic() + 120
+            while (hold and step == mark_step and not os.path.exists(marker + ".go")
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
             time.sleep(sleep_s)
         return wid, state.params.tolist(), state.log
 
