@@ -16,6 +16,7 @@ HOROVOD_CPP_WORKER_ID, no place variables) and ray.kill() of actors. The store i
 the driver (this process) as under RayExecutor.
 """
 
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -122,10 +123,20 @@ class ElasticRayExecutor:
 
     # ---- life cycle ---------------------------------------------------------------------
     def start(self, extra_env_vars=None):
-        """Serves the rendezvous store; the workers start in run()."""
+        """Serves the rendezvous store; the workers start in run(). The store listens on
+        127.0.0.1 when every Ray node has the driver's address now (one machine), else on the
+        driver node's address: start() on the cluster whose machines the job may use.
+        `extra_env_vars` are added to every worker's environment."""
         if self._store is not None:
             raise RuntimeError("ElasticRayExecutor.start(): already started")
         self._extra_env = dict(extra_env_vars or {})
+        # The workers' op timeout (how soon survivors notice a loss) sets the ready timeout,
+        # as under hvdrun.
+        env = dict(os.environ, **self._extra_env)
+        op_timeout = elastic_driver._seconds(env, "HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS",
+                                             elastic_driver.DEFAULT_OP_TIMEOUT_S)
+        self._rs = self._rs._replace(ready_timeout=elastic_driver._seconds(
+            env, "HOROVOD_CPP_ELASTIC_READY_SECONDS", op_timeout + 10.0))
         nodes = self._alive_nodes()
         infos = [placement.ActorInfo(n["NodeID"], n["NodeManagerAddress"], []) for n in nodes]
         addr = placement.store_address(ray.util.get_node_ip_address(), infos)
