@@ -2,6 +2,7 @@
 in name only, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they
 must run."""
 
+import faulthandler
 import importlib
 import os
 import sys
@@ -25,6 +26,15 @@ def skip_without_ray():
 NUM_CPUS = 4
 #: GPUs Ray is told the cluster has (there are none: only what Ray hands out is tested).
 NUM_GPUS = 2
+
+
+@pytest.fixture(autouse=True)
+def per_test_timeout():
+    """Every Ray test: one that hangs dumps the stacks and ends the run instead of blocking CI."""
+    faulthandler.dump_traceback_later(float(os.environ.get("HVD_TEST_TIMEOUT_S", "300")),
+                                      exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")

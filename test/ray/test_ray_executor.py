@@ -7,7 +7,6 @@ checks its own results against what it computes itself, then returns them so tha
 checks them again against the same expectation.
 """
 
-import faulthandler
 import glob
 import importlib.util
 import os
@@ -38,15 +37,6 @@ def digits_example():
     module = sys.modules["train_digits_ray"]
     ray.cloudpickle.register_pickle_by_value(module)
     return module
-
-
-@pytest.fixture(autouse=True)
-def per_test_timeout():
-    """A test that hangs dumps the stacks and ends the run instead of blocking CI."""
-    faulthandler.dump_traceback_later(float(os.environ.get("HVD_TEST_TIMEOUT_S", "300")),
-                                      exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 def settings():

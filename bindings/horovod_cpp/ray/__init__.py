@@ -3,6 +3,7 @@
 
 The workers are Ray actors running under the Gloo controller (no mpirun, no ssh): the
 executor serves the rendezvous store from the driver and gives each actor its place.
+ElasticRayExecutor runs an elastic job (workers lost or added as Ray's nodes change).
 docs/running.md, "Ray", shows a job on a laptop and on a multi-node cluster.
 
 Ray is optional: ``import horovod_cpp`` never needs it, this module does.
@@ -14,6 +15,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("horovod_cpp.ray needs Ray, which is not installed: "
                       "pip install 'horovod_cpp[ray]' (or pip install ray)") from e
 
+from .elastic import ElasticRayExecutor, ElasticSettings
 from .executor import RayExecutor, Settings, WorkerError
 
-__all__ = ["RayExecutor", "Settings", "WorkerError"]
+__all__ = ["ElasticRayExecutor", "ElasticSettings", "RayExecutor", "Settings", "WorkerError"]

@@ -1,0 +1,157 @@
+"""ElasticRayExecutor on the shared local Ray cluster: 3 workers training with
+horovod_cpp.elastic (ObjectState, committing every step) lose one actor to ray.kill in the
+middle of training and finish on the 2 survivors with identical parameters, equal to a replay
+of the steps at the sizes they ran at, and a committed step sequence with no gap or repeat;
+too few slots for min_workers fails with a clear error, in bounded time.
+
+Growing: a Ray node joins a 2-worker job (elastic_grow_driver.py, its own two-node cluster
+made with ray.cluster_utils, run as a separate driver process as test_ray_multinode.py does).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import NUM_CPUS, skip_without_ray
+
+ray = skip_without_ray()
+from horovod_cpp.ray import ElasticRayExecutor  # noqa: E402
+
+STEPS = 40
+#: elastic_grow_driver.py's job (its workers wait for the joining node after MARK_STEP).
+GROW_STEPS, GROW_SLEEP_S = 40, 0.2
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARK_STEP = 8  # the last rank of generation 0 writes the marker after this commit
+
+
+# ---- run inside the workers ------------------------------------------------------------------
+def gradient(step, rank):
+    """Rank `rank`'s gradient at `step`: integers, so sums are exact in any order."""
+    return np.random.default_rng(1000 * step + rank).integers(-100, 100, 8).astype(np.float64)
+
+
+def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold=False):
+    """A training loop of `steps` steps under the elastic run loop; returns (worker id,
+    parameters, log of (step, size) committed). The last rank of generation 0 writes its id
+    to `marker` just before committing `mark_step` (the test then kills that actor, or adds a
+    node). With `hold`, every rank then waits (up to 120 s) for the file `marker`.go, written
+    by the test once its node has joined: all ranks are past that commit's collective, so
+    they wait at the same point and leave it together."""
+    import horovod_cpp as hvd
+    import horovod_cpp.elastic as elastic
+
+    wid = os.environ["HOROVOD_CPP_WORKER_ID"]
+    hvd.init()
+    state = elastic.ObjectState(step=0, params=np.zeros(8), log=[])
+
+    @elastic.run
+    def train(state):
+        while state.step < steps:
+            step = state.step + 1
+            total = hvd.allreduce(gradient(step, hvd.rank()), op=hvd.Sum, name="t.grad")
+            state.params = state.params + total
+            state.step = step
+            state.log.append((step, hvd.size()))
+            if (step == mark_step and hvd.rank() == hvd.size() - 1
+                    and not os.path.exists(marker)):
+                with open(marker + ".tmp", "w") as f:
+                    f.write(wid)
+                os.replace(marker + ".tmp", marker)
+            state.commit()
+            deadline = time.monotonic() + 120
+            while (hold and step == mark_step and not os.path.exists(marker + ".go")
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            time.sleep(sleep_s)
+        return wid, state.params.tolist(), state.log
+
+    return train(state)
+
+
+def check_job(results, steps):
+    """Checks elastic_job's results: every worker holds the same parameters and log, the
+    committed steps are 1..steps (no gap, no repeat), and the parameters are the sum of the
+    gradients of ranks 0..n-1 at each step, n the size that step ran at. Returns the sizes."""
+    _, params, log = results[0]
+    for _, p, lg in results[1:]:
+        assert p == params and lg == log
+    assert [s for s, _ in log] == list(range(1, steps + 1)), log
+    want = np.zeros(8)
+    for step, n in log:
+        want += sum(gradient(step, r) for r in range(n))
+    np.testing.assert_array_equal(np.array(params), want)
+    return [n for _, n in log]
+
+
+# ---- the tests -------------------------------------------------------------------------------
+def settings(**kw):
+    # A loaded CI machine starts actors slowly: a generous start timeout.
+    return ElasticRayExecutor.create_settings(timeout_s=120, **kw)
+
+
+def test_actor_killed_mid_training_job_goes_on(ray_cluster, tmp_path):
+    marker = str(tmp_path / "kill_me")
+    ex = ElasticRayExecutor(settings(elastic_timeout=60), min_workers=2, max_workers=3)
+    ex.start()
+    out, generations = {}, []
+
+    def driver():
+        try:
+            out["results"] = ex.run(lambda: elastic_job(marker),
+                                    callbacks=[lambda g, ws: generations.append((g, ws))])
+        except BaseException as e:  # reported by the main thread
+            out["error"] = e
+
+    thread = threading.Thread(target=driver, daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 180
+        while not os.path.exists(marker) and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.exists(marker), f"no worker reached step {MARK_STEP}: {out}"
+        victim = open(marker).read()
+        ray.kill(ex.workers[victim], no_restart=True)
+        thread.join(timeout=180)
+        assert not thread.is_alive(), "run() did not return"
+    finally:
+        ex.shutdown()
+    assert "error" not in out, out.get("error")
+    results = out["results"]
+    assert len(generations) >= 2 and len(generations[0][1]) == 3, generations
+    # The cluster's only node is blacklisted for good (no cooldown): 2 survivors finish.
+    assert len(results) == 2, results
+    wids = [r[0] for r in results]
+    assert victim not in wids and set(wids) <= set(generations[0][1])
+    sizes = check_job(results, STEPS)
+    assert sizes[:MARK_STEP] == [3] * MARK_STEP and sizes[-1] == 2, sizes
+    assert sizes == sorted(sizes, reverse=True), sizes
+
+
+def test_min_workers_not_met_fails_clearly(ray_cluster):
+    ex = ElasticRayExecutor(settings(elastic_timeout=2), min_workers=NUM_CPUS + 1)
+    ex.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=rf"only {NUM_CPUS} workers available, fewer "
+                                               rf"than --min-np {NUM_CPUS + 1}"):
+            ex.run(lambda: elastic_job("/nonexistent"))
+    finally:
+        ex.shutdown()
+    assert time.monotonic() - t0 < 30
+
+
+def test_node_joins_job_grows():
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "elastic_grow_driver.py")],
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    sizes = check_job(out["results"], GROW_STEPS)
+    # Generation 0 on the head node's 2 slots; the joined node's 2 slots added at a commit.
+    assert sizes[0] == 2 and sizes[-1] == 4 and sizes == sorted(sizes), sizes
+    assert [len(ws) for _, ws in out["generations"]] == [2, 4], out["generations"]
