@@ -42,6 +42,7 @@ T int_ref(T a, T b, ReduceOp op) {
     case ReduceOp::kMin: return x < y ? a : b;
     case ReduceOp::kMax: return x > y ? a : b;
     case ReduceOp::kProduct: return wrap_to<T>(x * y);
+    case ReduceOp::kAdasum: break;  // not an elementwise fold (kernels/host/adasum.*)
   }
   return 0;
 }
@@ -53,6 +54,7 @@ double real_ref(double x, double y, ReduceOp op) {
     case ReduceOp::kMin: return y < x ? y : x;
     case ReduceOp::kMax: return x < y ? y : x;
     case ReduceOp::kProduct: return x * y;
+    case ReduceOp::kAdasum: break;  // not an elementwise fold (kernels/host/adasum.*)
   }
   return 0;
 }
