@@ -28,33 +28,14 @@ PYTHON=${PYTHON:-python3}
 mkdir -p "$OUTDIR"
 [ -x "$HVD_BENCH" ] || { echo "gloo_bench: no $HVD_BENCH (build hvd_bench or set HVD_BENCH)"; exit 1; }
 tmp=$(mktemp -d)
-store_pid=""
+# shellcheck source=examples/benchmark/store_util.sh
+. "$here/store_util.sh"
+# shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
-  [ -n "$store_pid" ] && kill "$store_pid" 2>/dev/null
+  bench_store_stop
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-
-# Serves a store on 127.0.0.1 until killed; writes its port to $1 once listening.
-serve_store() {
-  "$PYTHON" - "$1" "$2" "$root/bindings/horovod_cpp/runner/rendezvous.py" <<'EOF' &
-import importlib.util, signal, sys, time
-spec = importlib.util.spec_from_file_location("rendezvous", sys.argv[3])
-rendezvous = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(rendezvous)
-store = rendezvous.StoreServer(sys.argv[2]).start()
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write(str(store.port))
-import os
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-while True:
-    time.sleep(1)
-EOF
-  store_pid=$!
-  for _ in $(seq 1 100); do [ -s "$1" ] && return 0; sleep 0.1; done
-  echo "gloo_bench: the store did not start"; return 1
-}
 
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP")
 failed=0
@@ -64,9 +45,8 @@ for i in $(seq 1 "$RUNS"); do
       out="$OUTDIR/${controller}_shm${shm}_$i.json"
       extra=()
       if [ "$controller" = gloo ]; then
-        secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-        rm -f "$tmp/port"
-        serve_store "$tmp/port" "$secret" || exit 1
+        secret=$(bench_secret)
+        bench_store_start "$tmp/port" "$secret" || exit 1
         extra=(-x HOROVOD_GLOO_RENDEZVOUS_ADDR=127.0.0.1 -x "HOROVOD_GLOO_RENDEZVOUS_PORT=$(cat "$tmp/port")"
                -x "HOROVOD_CPP_RENDEZVOUS_SECRET=$secret")
       fi
@@ -77,7 +57,7 @@ for i in $(seq 1 "$RUNS"); do
         echo "gloo_bench: run $i shm=$shm controller=$controller FAILED"
         failed=1
       fi
-      if [ -n "$store_pid" ]; then kill "$store_pid" 2>/dev/null; wait "$store_pid" 2>/dev/null; store_pid=""; fi
+      bench_store_stop
     done
   done
 done
