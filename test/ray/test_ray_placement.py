@@ -47,6 +47,13 @@ def test_store_listens_on_loopback_only_for_a_one_node_job():
     assert placement.store_address("10.0.0.9", one) == "10.0.0.9"
 
 
+def test_elastic_store_listens_where_later_nodes_reach_it():
+    # Nodes may join from other machines: the driver node's address unless Ray's is loopback.
+    assert placement.elastic_store_address("10.0.0.1") == "10.0.0.1"
+    assert placement.elastic_store_address("127.0.0.1") == "127.0.0.1"
+    assert placement.elastic_store_address("127.0.1.1") == "127.0.0.1"
+
+
 def test_each_worker_sees_its_hosts_gpus_in_local_rank_order():
     infos = [A("na", "10.0.0.1", ["3"]), A("nb", "10.0.0.2", ["0"]),
              A("na", "10.0.0.1", ["1"]), A("nb", "10.0.0.2", ["2"])]
