@@ -1,6 +1,7 @@
 """ElasticRayExecutor's cooldown and reset limit on the shared local Ray cluster (one node):
 a host blacklisted with a cooldown range comes back when the cooldown ends and the job grows
-again; with a reset limit, that growth is refused: run() raises the reason, in bounded time. The jobs are test_ray_elastic.elastic_job, checked with its check_job."""
+again; with a reset limit, that growth is refused: run() raises the reason, in bounded
+time. The jobs are test_ray_elastic.elastic_job, checked with its check_job."""
 
 import threading
 import time
