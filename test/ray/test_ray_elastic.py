@@ -4,8 +4,10 @@ middle of training and finish on the 2 survivors with identical parameters, equa
 of the steps at the sizes they ran at, and a committed step sequence with no gap or repeat;
 too few slots for min_workers fails with a clear error, in bounded time.
 
-Growing: a Ray node joins a 2-worker job (elastic_grow_driver.py, its own two-node cluster
-made with ray.cluster_utils, run as a separate driver process as test_ray_multinode.py does).
+Nodes: a Ray node joins a 2-worker job, and a node of a 4-worker job is lost (its raylet
+killed) (elastic_nodes_driver.py, its own cluster made with ray.cluster_utils, run as a
+separate driver process as test_ray_multinode.py does). Cooldown and the reset limit:
+test_ray_elastic_limits.py.
 """
 
 import json
@@ -21,10 +23,10 @@ import pytest
 from conftest import NUM_CPUS, skip_without_ray
 
 ray = skip_without_ray()
-from horovod_cpp.ray import ElasticRayExecutor  # noqa: E402
+from horovod_cpp.ray import ElasticRayExecutor, placement  # noqa: E402
 
 STEPS = 40
-#: elastic_grow_driver.py's job (its workers wait for the joining node after MARK_STEP).
+#: elastic_nodes_driver.py's job (growing, its workers wait for the new node after MARK_STEP).
 GROW_STEPS, GROW_SLEEP_S = 40, 0.2
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARK_STEP = 8  # the last rank of generation 0 writes the marker after this commit
@@ -36,13 +38,14 @@ def gradient(step, rank):
     return np.random.default_rng(1000 * step + rank).integers(-100, 100, 8).astype(np.float64)
 
 
-def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold=False):
+def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold_step=None):
     """A training loop of `steps` steps under the elastic run loop; returns (worker id,
     parameters, log of (step, size) committed). The last rank of generation 0 writes its id
-    to `marker` just before committing `mark_step` (the test then kills that actor, or adds a
-    node). With `hold`, every rank then waits (up to 120 s) for the file `marker`.go, written
-    by the test once its node has joined: all ranks are past that commit's collective, so
-    they wait at the same point and leave it together."""
+    to `marker` just before committing `mark_step` (the test then kills that actor or a node,
+    or adds a node). With `hold_step`, every rank waits (up to 120 s) after committing that
+    step for the file `marker`.go, written by the test once the membership it wants to see
+    next is possible (a node joined, a cooldown ended): all ranks are past that commit's
+    collective, so they wait at the same point and leave it together."""
     import horovod_cpp as hvd
     import horovod_cpp.elastic as elastic
 
@@ -65,7 +68,7 @@ def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold=Fals
                 os.replace(marker + ".tmp", marker)
             state.commit()
             deadline = time.monotonic() + 120
-            while (hold and step == mark_step and not os.path.exists(marker + ".go")
+            while (step == hold_step and not os.path.exists(marker + ".go")
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
             time.sleep(sleep_s)
@@ -95,30 +98,46 @@ def settings(**kw):
     return ElasticRayExecutor.create_settings(timeout_s=120, **kw)
 
 
+def run_and_kill(ex, marker, on_generation=None, **job_kwargs):
+    """Runs elastic_job on `ex` in a thread, kills the actor that wrote `marker` (the last rank
+    of generation 0, at MARK_STEP) and waits for run() to end. Returns (out, generations,
+    victim): out holds "results" or "error"."""
+    out, generations = {}, []
+
+    def record(g, ws):
+        generations.append((g, ws))
+        if on_generation is not None:
+            on_generation(g, ws)
+
+    def driver():
+        try:
+            out["results"] = ex.run(lambda: elastic_job(marker, **job_kwargs),
+                                    callbacks=[record])
+        except BaseException as e:  # reported by the test
+            out["error"] = e
+
+    thread = threading.Thread(target=driver, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 180
+    while not os.path.exists(marker) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(marker), f"no worker reached step {MARK_STEP}: {out}"
+    victim = open(marker).read()
+    ray.kill(ex.workers[victim], no_restart=True)
+    thread.join(timeout=180)
+    assert not thread.is_alive(), "run() did not return"
+    return out, generations, victim
+
+
 def test_actor_killed_mid_training_job_goes_on(ray_cluster, tmp_path):
     marker = str(tmp_path / "kill_me")
     ex = ElasticRayExecutor(settings(elastic_timeout=60), min_workers=2, max_workers=3)
     ex.start()
-    out, generations = {}, []
-
-    def driver():
-        try:
-            out["results"] = ex.run(lambda: elastic_job(marker),
-                                    callbacks=[lambda g, ws: generations.append((g, ws))])
-        except BaseException as e:  # reported by the main thread
-            out["error"] = e
-
-    thread = threading.Thread(target=driver, daemon=True)
     try:
-        thread.start()
-        deadline = time.monotonic() + 180
-        while not os.path.exists(marker) and thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert os.path.exists(marker), f"no worker reached step {MARK_STEP}: {out}"
-        victim = open(marker).read()
-        ray.kill(ex.workers[victim], no_restart=True)
-        thread.join(timeout=180)
-        assert not thread.is_alive(), "run() did not return"
+        # The store is served where any node of the cluster reaches it (Ray's node address).
+        assert ex.store_address[0] == placement.elastic_store_address(
+            ray.util.get_node_ip_address())
+        out, generations, victim = run_and_kill(ex, marker)
     finally:
         ex.shutdown()
     assert "error" not in out, out.get("error")
@@ -146,12 +165,28 @@ def test_min_workers_not_met_fails_clearly(ray_cluster):
     assert time.monotonic() - t0 < 30
 
 
-def test_node_joins_job_grows():
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "elastic_grow_driver.py")],
-                          capture_output=True, text=True, timeout=280)
+def run_nodes_driver(scenario):
+    """elastic_nodes_driver.py's scenario: its JSON line, checked with check_job, and the
+    committed sizes."""
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "elastic_nodes_driver.py"),
+                           scenario], capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    sizes = check_job(out["results"], GROW_STEPS)
+    return out, check_job(out["results"], GROW_STEPS)
+
+
+def test_node_joins_job_grows():
+    out, sizes = run_nodes_driver("grow")
     # Generation 0 on the head node's 2 slots; the joined node's 2 slots added at a commit.
     assert sizes[0] == 2 and sizes[-1] == 4 and sizes == sorted(sizes), sizes
     assert [len(ws) for _, ws in out["generations"]] == [2, 4], out["generations"]
+
+
+def test_node_lost_job_goes_on():
+    out, sizes = run_nodes_driver("lose")
+    # Both nodes' workers until the second node's raylet is killed, the head's 2 after.
+    assert sizes[:MARK_STEP] == [4] * MARK_STEP and sizes[-1] == 2, sizes
+    assert sizes == sorted(sizes, reverse=True), sizes
+    generations = out["generations"]
+    assert [len(ws) for _, ws in generations] == [4, 2], generations
+    assert len(out["results"]) == 2 and set(generations[1][1]) < set(generations[0][1])

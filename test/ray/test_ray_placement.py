@@ -1,13 +1,13 @@
 """horovod_cpp.ray.placement (no cluster needed): places from the actors' nodes, host names,
 the store's address, the GPUs each worker sees, the placement group's shape; and the
-executor's argument checks."""
+executor's argument checks; the elastic executor's slots from Ray's node list."""
 
 import pytest
 
 from conftest import skip_without_ray
 
-skip_without_ray()
-from horovod_cpp.ray import RayExecutor, placement  # noqa: E402
+ray = skip_without_ray()
+from horovod_cpp.ray import ElasticRayExecutor, RayExecutor, placement  # noqa: E402
 from horovod_cpp.runner import gloo_launch  # noqa: E402
 
 A = placement.ActorInfo
@@ -47,6 +47,13 @@ def test_store_listens_on_loopback_only_for_a_one_node_job():
     assert placement.store_address("10.0.0.9", one) == "10.0.0.9"
 
 
+def test_elastic_store_listens_where_later_nodes_reach_it():
+    # Nodes may join from other machines: the driver node's address unless Ray's is loopback.
+    assert placement.elastic_store_address("10.0.0.1") == "10.0.0.1"
+    assert placement.elastic_store_address("127.0.0.1") == "127.0.0.1"
+    assert placement.elastic_store_address("127.0.1.1") == "127.0.0.1"
+
+
 def test_each_worker_sees_its_hosts_gpus_in_local_rank_order():
     infos = [A("na", "10.0.0.1", ["3"]), A("nb", "10.0.0.2", ["0"]),
              A("na", "10.0.0.1", ["1"]), A("nb", "10.0.0.2", ["2"])]
@@ -79,3 +86,21 @@ def test_executor_arguments_are_checked():
     assert s.env() == {"HOROVOD_GLOO": "1", "HOROVOD_CONTROLLER": "gloo",
                        "HOROVOD_GLOO_TIMEOUT_SECONDS": "5"}
     assert RayExecutor.create_settings(nics="eth1").env()["HOROVOD_GLOO_IFACE"] == "eth1"
+
+
+def test_elastic_slots_count_cpus_and_gpus_per_worker(monkeypatch):
+    # Two raylets on one address and a node too small for a worker; a dead node is skipped.
+    nodes = [{"NodeID": "a" * 20, "NodeManagerAddress": "10.0.0.1", "Alive": True,
+              "Resources": {"CPU": 5.0, "GPU": 4.0}},
+             {"NodeID": "b" * 20, "NodeManagerAddress": "10.0.0.1", "Alive": True,
+              "Resources": {"CPU": 8.0, "GPU": 1.0}},
+             {"NodeID": "c" * 20, "NodeManagerAddress": "10.0.0.2", "Alive": True,
+              "Resources": {"CPU": 1.0, "GPU": 2.0}},
+             {"NodeID": "d" * 20, "NodeManagerAddress": "10.0.0.3", "Alive": False,
+              "Resources": {"CPU": 8.0, "GPU": 8.0}}]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    ex = ElasticRayExecutor(None, cpus_per_worker=2, use_gpu=True)
+    assert ex._discover() == [("10.0.0.1", 2), ("10.0.0.1~bbbbbbbbbbbb", 1)]
+    cpu_only = ElasticRayExecutor(None, cpus_per_worker=2, max_workers=3)
+    assert cpu_only._discover() == [("10.0.0.1", 2), ("10.0.0.1~bbbbbbbbbbbb", 4)]
+    assert cpu_only._rs.max_np == 3  # the rounds never grow the job past it

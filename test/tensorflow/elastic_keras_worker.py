@@ -4,7 +4,9 @@ harness changes. With --die-at E,B it SIGKILLs itself as batch B of epoch E begi
 Lines it prints (flushed):
     TRAIN worker=W epoch=E batch=B rank=R size=N    each time the run loop calls train()
     COMMIT worker=W epoch=E batch=B rank=R size=N   at each commit
-    DONE worker=W epoch=E rank=R size=N params=<hex of the float32 weights>
+    DONE worker=W epoch=E rank=R size=N steps=S params=<hex of the float32 weights>
+        (S: the optimizer's step count, restored with the state at a reset: the batches
+        trained in the committed history)
 """
 
 import argparse
@@ -74,8 +76,9 @@ def main():
 
     train(state)
     flat = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float32)
+    steps = int(model.optimizer.iterations.numpy())
     print(f"DONE worker={a.worker} epoch={state.epoch} rank={hvd.rank()} size={hvd.size()} "
-          f"params={flat.tobytes().hex()}", flush=True)
+          f"steps={steps} params={flat.tobytes().hex()}", flush=True)
     hvd.shutdown()
 
 

@@ -110,6 +110,13 @@ def _callbacks(state, per_commit):
             hvdk.elastic.CommitStateCallback(state, batches_per_commit=per_commit)]
 
 
+class StopAtEpochEnd(keras.callbacks.Callback):
+    """Stops fit at the end of its first epoch, as EarlyStopping does."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = True
+
+
 @pytest.mark.parametrize("resume", ["epochs_left", "initial_epoch"])
 def test_callbacks_count_and_commit(resume):
     model = _model(seed=1)
@@ -119,14 +126,23 @@ def test_callbacks_count_and_commit(resume):
               callbacks=_callbacks(state, per_commit=2))
     assert state.commits == [(0, 2), (0, 4), (1, 0), (1, 2), (1, 4), (2, 0)]
     assert (state.epoch, state.batch) == (2, 0)
-    # Resumed in the middle of epoch 2 (of 4): the counters go on from there.
+    assert int(model.optimizer.iterations.numpy()) == 10
+    # Resumed after batch 3 of epoch 2 (of 4): the counters go on from there, and epoch 2
+    # ends after its 2 batches left (Keras 3 ignores a shortened params['steps']).
     state.commits.clear()
     state.batch = 3
     kwargs = ({"epochs": 4 - state.epoch} if resume == "epochs_left"
               else {"initial_epoch": state.epoch, "epochs": 4})
     model.fit(x, y, batch_size=PER_RANK, verbose=0, shuffle=False,
               callbacks=_callbacks(state, per_commit=5), **kwargs)
-    assert state.commits == [(2, 8), (3, 0), (3, 5), (4, 0)]
+    assert state.commits == [(3, 0), (3, 5), (4, 0)]
+    assert int(model.optimizer.iterations.numpy()) == 10 + 2 + 5
+    # A stop asked for by another callback in that epoch still ends fit.
+    state.epoch, state.batch = 1, 4
+    model.fit(x, y, batch_size=PER_RANK, verbose=0, shuffle=False, epochs=3,
+              callbacks=_callbacks(state, per_commit=5) + [StopAtEpochEnd()])
+    assert (state.epoch, state.batch) == (2, 0)
+    assert int(model.optimizer.iterations.numpy()) == 10 + 2 + 5 + 1
     with pytest.raises(ValueError):
         hvdk.elastic.CommitStateCallback(state, batches_per_commit=0)
 
@@ -174,9 +190,10 @@ def test_fit_inside_the_run_loop_recovers_from_an_injected_failure(kind):
     assert hvdk.elastic.run(train)(state) == 3
     assert fail.fired and resets == [n]
     # The failure came after the commit of batch 4 (the 4th batch): restored there, fit again
-    # for 3 epochs; Keras 3 runs that epoch in full, so its counter goes on to 10.
-    assert state.commits == [(0, 2), (0, 4), (0, 6), (0, 8), (0, 10), (1, 0), (1, 2), (1, 4),
+    # for 3 epochs; the resumed epoch ends after its 2 batches left.
+    assert state.commits == [(0, 2), (0, 4), (0, 6), (1, 0), (1, 2), (1, 4),
                              (1, 6), (2, 0), (2, 2), (2, 4), (2, 6), (3, 0)]
+    assert int(model.optimizer.iterations.numpy()) == 3 * 6
     # The first sync gave every rank rank 0's initial weights; training kept them equal.
     flat = np.concatenate([w.ravel() for w in model.get_weights()])
     for other in hvd.allgather_object(flat):

@@ -47,11 +47,13 @@ def test_keras_fit_survives_a_killed_worker():
                       for _, _, ln in done) == [(0, 2, 3), (1, 2, 3)]
         params = {re.search(r"params=(\w+)", ln).group(1) for _, _, ln in done}
         assert len(params) == 1, "the survivors finished with different weights"
-        # Every commit of a survivor after the restore follows the restored one.
+        # Every epoch has its length in the committed history: the resumed epoch 1 trains
+        # its 4 batches left (3..6) and ends, none trained twice after the restore.
+        assert {field(ln, "steps") for _, _, ln in done} == {3 * 6}
         for w in survivors:
             commits = [(field(ln, "epoch"), field(ln, "batch")) for _, _, ln in d.lines.seen
                        if ln.startswith(f"COMMIT worker={w} ") and "size=2" in ln]
-            assert commits[0] == (1, 4) and commits[-1] == (3, 0), commits
+            assert commits == [(1, 4), (1, 6), (2, 0), (2, 2), (2, 4), (2, 6), (3, 0)], commits
     except AssertionError:
         for _, i, ln in d.lines.seen + list(d.lines.q.queue):  # the workers' story
             print(f"[{i}] {ln}")

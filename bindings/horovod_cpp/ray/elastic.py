@@ -4,7 +4,9 @@ The membership logic is the one `hvdrun`'s elastic mode uses (runner/elastic_rou
 pure class); this file feeds it from Ray instead of from processes and a discovery script:
 
 - discovery: Ray's alive nodes, each a host with CPUs // cpus_per_worker slots (and, with
-  use_gpu, at most GPUs // gpus_per_worker), polled every `discovery_interval_s`;
+  use_gpu, at most GPUs // gpus_per_worker), polled every `discovery_interval_s`: the node's
+  total CPUs, as Horovod counts them, since its free ones move with every actor this job
+  starts or ends; max_workers bounds the job (docs/running.md, "Elastic jobs on Ray");
 - a worker's exit: the "done" ref of the call running the user's function (a result is an
   exit 0, an exception raised by the function an exit 1, a dead actor (RayActorError) a
   kill);
@@ -123,10 +125,12 @@ class ElasticRayExecutor:
 
     # ---- life cycle ---------------------------------------------------------------------
     def start(self, extra_env_vars=None):
-        """Serves the rendezvous store; the workers start in run(). The store listens on
-        127.0.0.1 when every Ray node has the driver's address now (one machine), else on the
-        driver node's address: start() on the cluster whose machines the job may use.
-        `extra_env_vars` are added to every worker's environment."""
+        """Serves the rendezvous store; the workers start in run(). The store listens on the
+        driver node's address as Ray reports it (placement.elastic_store_address), so that
+        workers on nodes that join later, from any machine of the cluster, reach it (it still
+        answers only requests carrying the job's secret); the workers' Gloo devices listen on
+        the address by which they reach it. `extra_env_vars` are added to every worker's
+        environment."""
         if self._store is not None:
             raise RuntimeError("ElasticRayExecutor.start(): already started")
         self._extra_env = dict(extra_env_vars or {})
@@ -137,9 +141,7 @@ class ElasticRayExecutor:
                                              elastic_driver.DEFAULT_OP_TIMEOUT_S)
         self._rs = self._rs._replace(ready_timeout=elastic_driver._seconds(
             env, "HOROVOD_CPP_ELASTIC_READY_SECONDS", op_timeout + 10.0))
-        nodes = self._alive_nodes()
-        infos = [placement.ActorInfo(n["NodeID"], n["NodeManagerAddress"], []) for n in nodes]
-        addr = placement.store_address(ray.util.get_node_ip_address(), infos)
+        addr = placement.elastic_store_address(ray.util.get_node_ip_address())
         self._secret = gloo_launch.new_secret()
         self._store = StoreServer(self._secret, host=addr).start()
 
@@ -280,6 +282,11 @@ class ElasticRayExecutor:
         actor.set_env.remote(env)  # actor tasks run in order: before the function
         self._actors[cmd.wid] = actor
         self._done[actor.call.remote(self._fn, [], {})] = cmd.wid
+
+    @property
+    def store_address(self):
+        """(host, port) of the rendezvous store between start() and shutdown(), else None."""
+        return self._store.address if self._store is not None else None
 
     @property
     def workers(self):

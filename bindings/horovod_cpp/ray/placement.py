@@ -77,6 +77,17 @@ def store_address(driver_ip, infos):
     return driver_ip
 
 
+def elastic_store_address(driver_ip):
+    """The address an elastic job's store listens on: the driver node's address as Ray
+    reports it, which Ray's own services on this node already listen on and every node of the
+    cluster reaches, including nodes that join later from other machines (the nodes present
+    at start() say nothing about those). Loopback only where Ray's node address is itself a
+    loopback one: such a cluster cannot have nodes on other machines."""
+    if driver_ip.startswith("127.") or driver_ip in ("::1", "localhost"):
+        return "127.0.0.1"
+    return driver_ip
+
+
 def cuda_visible_devices(infos, job_places):
     """CUDA_VISIBLE_DEVICES for each actor, or None for actors without GPUs.
 

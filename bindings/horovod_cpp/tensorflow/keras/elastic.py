@@ -45,23 +45,37 @@ class CommitStateCallback(keras.callbacks.Callback):
 
 class UpdateBatchStateCallback(keras.callbacks.Callback):
     """Keeps state.batch = the number of batches finished in the current epoch (0 at the end
-    of an epoch). After a reset in the middle of an epoch it counts on from the restored value.
-    Keras 3 runs every epoch for its full steps_per_epoch: to resume a partial epoch with only
-    its remaining batches, pass steps_per_epoch / the data from state.batch yourself."""
+    of an epoch). After a reset in the middle of an epoch it counts on from the restored value
+    and ends that epoch once it has its full length (fit's steps per epoch): the batches
+    committed before the reset are not trained again. Keras 3 no longer reads a shortened
+    params['steps'] (how Horovod did it), so the epoch is ended by model.stop_training after
+    its last batch, which this callback clears again at the epoch's end so that fit goes on
+    with the next epoch: put it before callbacks that stop training (EarlyStopping) in the
+    list. The resumed epoch takes its batches from the start of the epoch's data, as
+    Horovod's did; a program that must not see them again skips them (ElasticSampler in
+    PyTorch, or data built from state.batch). With data of unknown length (no steps) the
+    resumed epoch runs in full."""
 
     def __init__(self, state):
         super().__init__()
         self.state = state
         self._base = 0
+        self._cut = False  # this callback ended the epoch early (stop_training is its own)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._base = self.state.batch
+        self._cut = False
 
     def on_train_batch_end(self, batch, logs=None):
         self.state.batch = self._base + batch + 1
+        steps = (self.params or {}).get("steps")
+        if self._base and steps and self.state.batch >= steps and not self.model.stop_training:
+            self.model.stop_training = self._cut = True
 
     def on_epoch_end(self, epoch, logs=None):
         self.state.batch = 0
+        if self._cut:
+            self.model.stop_training = self._cut = False
 
 
 class UpdateEpochStateCallback(keras.callbacks.Callback):
