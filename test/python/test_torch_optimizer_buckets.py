@@ -70,6 +70,17 @@ def check_grads(params, size, steps):
         torch.testing.assert_close(p.grad, want, rtol=0, atol=1e-12, msg=f"parameter {i}")
 
 
+def synchronized_step(opt, params, rank, size, step, **kw):
+    """zero_grad, one backward pass (backward()'s keywords), synchronize, every element of
+    every gradient checked, the wrapped optimizer's step."""
+    opt.zero_grad()
+    backward(params, rank, step, **kw)
+    opt.synchronize()
+    check_grads(params, size, steps=(step,))
+    with opt.skip_synchronize():
+        opt.step()
+
+
 def test_several_buckets_every_element(rank, size):
     params = make_params()
     opt = make_opt(params, bucket_cap_mb=TINY_CAP_MB)
@@ -78,18 +89,13 @@ def test_several_buckets_every_element(rank, size):
     # Reverse parameter order, every slot exactly once.
     assert [s for m in buckets._members for s in m] == list(reversed(range(len(params))))
     for step in range(3):
-        opt.zero_grad()
-        backward(params, rank, step)
-        opt.synchronize()
-        check_grads(params, size, steps=(step,))
-        with opt.skip_synchronize():
-            opt.step()
+        synchronized_step(opt, params, rank, size, step)
 
 
 def test_parameter_unused_on_one_rank_only(rank, size):
     params = make_params()
     opt = make_opt(params, bucket_cap_mb=TINY_CAP_MB)
-    unused = 4  # parameter 4 gets no gradient on rank 0 (p.grad stays None there)
+    unused = 4  # no gradient on rank 0 (p.grad None at the first step, zeros after)
     for step in range(2):
         opt.zero_grad()
         backward(params, rank, step, skip=(unused,) if rank == 0 else ())
@@ -112,13 +118,8 @@ def test_hook_order_differs_across_ranks(rank, size):
         p.register_hook(lambda grad, i=i: seen.append(i))
     for step in range(2):
         seen.clear()
-        opt.zero_grad()
-        backward(params, rank, step, order=order)
+        synchronized_step(opt, params, rank, size, step, order=order)
         assert seen == list(reversed(order))  # the order this rank's hooks ran in
-        opt.synchronize()
-        check_grads(params, size, steps=(step,))
-        with opt.skip_synchronize():
-            opt.step()
 
 
 def test_backward_passes_per_step_two(rank, size):

@@ -147,9 +147,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 
 # ---- grouped allreduce -------------------------------------------------------------------
-# (tensors, names, op, prescale, postscale, set_id) -> handle: dense contiguous CPU tensors
-# reduced in place with no Python work per tensor (bindings/src/allreduce.cc), or
-# NotImplemented (nothing submitted) for tensors that need _grouped_allreduce_general.
+# (tensors, names, op, prescale, postscale, set_id) -> handle of an in-place reduction of plain
+# CPU tensors (allreduce.cc), or NotImplemented for tensors _grouped_allreduce_general needs.
 _grouped_plain = _C.grouped_allreduce_torch
 
 
@@ -172,8 +171,7 @@ def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, posts
 
 def _grouped_allreduce_general(tensors, in_place, names, opv, prescale_factor,
                                postscale_factor, sid):
-    """A grouped allreduce of any tensors (non-contiguous ones copied, and copied back),
-    named by the list `names`; opv and sid resolved. Returns the integer handle."""
+    """Grouped allreduce of any tensors (non-contiguous: via copies), named by `names`."""
     tensors = _checked_group(tensors)
     targets = [_in_place_target(t) if in_place else (t, None) for t in tensors]
     bufs = [b for b, _ in targets]
