@@ -95,6 +95,9 @@ class Buckets:
         for b in range(len(plan)):
             self._regroup(b)
         self._handles = []
+        self._engine_slots = []
+        # Restarted in place (set_passes, wait), so that the hooks hold the lists themselves.
+        self._delay, self._full, self._left = [], [], []
         self.set_passes(passes)
 
     def _regroup(self, b):
@@ -107,9 +110,9 @@ class Buckets:
         """backward_passes_per_step changed (or first set): every count restarts."""
         self._passes = passes
         self._handles = []
-        self._delay = [passes] * len(self._params)
-        self._full = [passes * len(m) for m in self._members]
-        self._left = list(self._full)
+        self._delay[:] = [passes] * len(self._params)
+        self._full[:] = [passes * len(m) for m in self._members]
+        self._left[:] = self._full
 
     def reset(self):
         """Forgets the reductions in flight and restarts every count (after a state load)."""
@@ -122,20 +125,19 @@ class Buckets:
 
     def engine_slots(self):
         """The slots the engine reduces (not in any bucket)."""
-        return [s for s, b in enumerate(self._bucket_of) if b < 0]
+        return self._engine_slots
 
     # ---- starting ------------------------------------------------------------------------
     def hook(self, slot, other):
         """The hook of `slot`'s gradient accumulator: counts a pass, starts the bucket on its
         last one; other() when the slot left the buckets."""
         bucket_of, group, start = self._bucket_of, self._group, self._start
-        counts = self  # _delay and _left are replaced at each restart: read through self
+        delay, left = self._delay, self._left
 
         def hook(*_):
             b = bucket_of[slot]
             if b < 0:
                 return other()
-            delay, left = counts._delay, counts._left
             d = delay[slot]
             if d <= 0:
                 raise AssertionError(_TOO_MANY_PASSES)
@@ -164,6 +166,7 @@ class Buckets:
         if sparse:
             for i in sparse:
                 self._bucket_of[slots[i]] = -1
+                self._engine_slots.append(slots[i])
                 self._engine.start_now(slots[i], self._grad_of(slots[i]))
             keep = [i for i in range(len(slots)) if i not in set(sparse)]
             self._members[b] = [slots[i] for i in keep]
@@ -186,8 +189,8 @@ class Buckets:
         """Waits for every bucket started (results in place in the gradients); the counts
         restart, also when a reduction failed (its error is raised)."""
         handles, self._handles = self._handles, []
-        self._delay = [self._passes] * len(self._params)
-        self._left = list(self._full)
+        self._delay[:] = [self._passes] * len(self._params)
+        self._left[:] = self._full
         if handles:
             synchronize_all(handles)
 
