@@ -101,6 +101,8 @@ class Buckets:
         self.set_passes(passes)
 
     def _regroup(self, b):
+        """Bucket b's parameters and native names, from its slots (at construction, and when
+        a slot leaves the bucket)."""
         slots = self._members[b]
         self._group[b] = ([self._params[s] for s in slots],
                           _C.GroupNames([self._names[s] for s in slots]))
