@@ -117,9 +117,11 @@ class _DistributedOptimizer:
             buckets.start_rest(self._grad_of)
             required = buckets.engine_slots()
         self._engine.start(required, self._grad_of)
-        if buckets is not None:
-            buckets.wait()  # in place in p.grad
-        results = self._engine.wait()
+        try:
+            if buckets is not None:
+                buckets.wait()  # in place in p.grad
+        finally:  # the engine's reductions are waited for also when a bucket's failed
+            results = self._engine.wait()
         with torch.no_grad():
             for slot, result in results.items():
                 p = self._params[slot]
