@@ -264,6 +264,12 @@ class GradientEngine:
         self._plain_handles.append(self._plain_submit(grad, self._names[slot], *self._plain_args))
         self._plain_slots.append(slot)
 
+    def start_now(self, slot, grad):
+        """Starts the reduction of `grad` for `slot` now, its passes counted by the frontend
+        (torch's buckets hand a gradient that turned out sparse over to the engine)."""
+        self._touched.add(slot)
+        self._start_one(slot, grad)
+
     def _dense(self, grad):
         """(tensor to reduce, layout) where sparse_as_dense turns a sparse gradient dense."""
         if self._opt.sparse_as_dense and self._ops.is_sparse(grad):

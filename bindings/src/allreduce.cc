@@ -1,5 +1,7 @@
 // Copyright horovod_cpp authors. allreduce_async: the one native entry of an allreduce, for
-// numpy arrays (horovod_cpp) and torch tensors (horovod_cpp.torch) alike.
+// numpy arrays (horovod_cpp) and torch tensors (horovod_cpp.torch) alike; and
+// grouped_allreduce_torch, the in-place grouped allreduce of plain torch tensors
+// (DistributedOptimizer's buckets, horovod_cpp.torch's grouped_allreduce*).
 //
 // It runs once per tensor per step (DistributedOptimizer's hooks, workload d of
 // docs/benchmarks.md), so it is a plain CPython METH_FASTCALL function (no pybind11
@@ -12,6 +14,7 @@
 // a second native entry to fall back on.
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bindings.h"
 
@@ -176,6 +179,81 @@ PyObject* allreduce_async(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
 }
 
+/// Names of a group's tensors converted once (DistributedOptimizer's buckets): passed to
+/// grouped_allreduce_torch by reference, so no std::string is built per tensor per call.
+struct GroupNames {
+  std::vector<std::string> names;
+};
+
+/// The names of a group of n tensors: a GroupNames as given, None as n empty names (the core
+/// names them), a str s as "s.0" ... "s.<n-1>" (horovod_cpp._basics._group_names's rule).
+const std::vector<std::string>& group_names(PyObject* names, size_t n,
+                                            std::vector<std::string>* made) {
+  if (names != Py_None && !PyUnicode_Check(names)) {
+    const auto& given = py::cast<const GroupNames&>(py::handle(names)).names;
+    if (given.size() != n) {
+      throw py::value_error("grouped_allreduce: " + std::to_string(n) + " tensors but " +
+                            std::to_string(given.size()) + " names");
+    }
+    return given;
+  }
+  made->resize(n);
+  if (names != Py_None) {
+    const std::string prefix = name_of(names) + ".";
+    for (size_t i = 0; i < n; ++i) (*made)[i] = prefix + std::to_string(i);
+  }
+  return *made;
+}
+
+/// grouped_allreduce_torch(tensors, names, op, prescale_factor, postscale_factor, set_id):
+/// the in-place grouped allreduce of a list or tuple of plain torch tensors (dense,
+/// contiguous, CPU, supported dtype: torch_plain_view) with no Python work per tensor. op and
+/// set_id are the ints the caller resolved. Returns an integer handle of handle_table.cc whose
+/// result is the list of the tensors, or NotImplemented, submitting nothing, when some tensor
+/// is not plain: the caller then takes its general path (copies, devices, Horovod's errors).
+PyObject* grouped_allreduce_torch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "grouped_allreduce_torch() takes 6 arguments");
+    return nullptr;
+  }
+  try {
+    py::object list = py::reinterpret_steal<py::object>(PySequence_List(args[0]));
+    if (!list) throw py::error_already_set();
+    const Py_ssize_t n = PyList_GET_SIZE(list.ptr());
+    if (n == 0) Py_RETURN_NOTIMPLEMENTED;  // the general path's error
+    std::vector<hvd::TensorView> views(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!torch_plain_view(PyList_GET_ITEM(list.ptr(), i), &views[static_cast<size_t>(i)])) {
+        Py_RETURN_NOTIMPLEMENTED;
+      }
+    }
+    std::vector<std::string> made;
+    const auto& names = group_names(args[1], views.size(), &made);
+    hvd::AllreduceOptions options;
+    options.op = reduce_op_from_int(op_value(args[2]));
+    options.prescale_factor = scale_factor(args[3]);
+    options.postscale_factor = scale_factor(args[4]);
+    options.process_set = process_set_of(py::handle(args[5]).cast<int>());
+    hvd::Handle h;
+    {
+      py::gil_scoped_release nogil;
+      h = hvd::grouped_allreduce_async(names, views, options);
+    }
+    return PyLong_FromLongLong(add_fast_handle(std::move(h), list, list));
+  } catch (...) {
+    return raise_current_exception();
+  }
+}
+
+PyMethodDef g_grouped_allreduce_torch = {
+    "grouped_allreduce_torch",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&grouped_allreduce_torch)),
+    METH_FASTCALL,
+    "grouped_allreduce_torch(tensors, names, op, prescale_factor, postscale_factor, set_id)\n--"
+    "\n\nReduces a list of dense contiguous CPU torch tensors in place as one unit; names: "
+    "None, a str prefix or GroupNames. Returns an integer handle, or NotImplemented when a "
+    "tensor is not such a tensor (nothing submitted)."};
+
 PyMethodDef g_allreduce_async = {
     "allreduce_async",
     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&allreduce_async)), METH_FASTCALL,
@@ -213,6 +291,13 @@ void register_allreduce(py::module_& m) {
       py::arg("tensor_type"), py::arg("check_tensor"), py::arg("copy_back"),
       "Gives allreduce_async torch.Tensor and horovod_cpp.torch's tensor rules.");
   add_raw_function(m, &g_allreduce_async);
+  py::class_<GroupNames>(m, "GroupNames",
+                         "The names of a group's tensors, converted once for "
+                         "grouped_allreduce_torch.")
+      .def(py::init([](std::vector<std::string> names) { return GroupNames{std::move(names)}; }),
+           py::arg("names"))
+      .def("__len__", [](const GroupNames& g) { return g.names.size(); });
+  add_raw_function(m, &g_grouped_allreduce_torch);
 }
 
 }  // namespace hvdpy

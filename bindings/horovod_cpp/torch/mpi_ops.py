@@ -147,20 +147,37 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 
 # ---- grouped allreduce -------------------------------------------------------------------
+# (tensors, names, op, prescale, postscale, set_id) -> handle of an in-place reduction of plain
+# CPU tensors (allreduce.cc), or NotImplemented for tensors _grouped_allreduce_general needs.
+_grouped_plain = _C.grouped_allreduce_torch
+
+
 def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, postscale_factor,
                              process_set):
     sid = _set_id(process_set)
-    tensors = _checked_group(tensors)
     opv = _op_value(op)
-    if in_place:
-        targets = [_in_place_target(t) for t in tensors]
-        bufs = [b for b, _ in targets]
-        finish = lambda h: [done() for _, done in targets]  # noqa: E731
-    else:
-        bufs = [t.detach().clone(memory_format=torch.contiguous_format) for t in tensors]
-        finish = lambda h: bufs  # noqa: E731
-    native = _C.grouped_allreduce_async(bufs, _group_names(name, len(bufs)), opv,
-                                        float(prescale_factor), float(postscale_factor), sid)
+    if not in_place:
+        tensors = [t.detach().clone(memory_format=torch.contiguous_format)
+                   for t in _checked_group(tensors)]
+    elif not isinstance(tensors, (list, tuple)):
+        tensors = list(tensors)  # read once: the general path may read it again
+    if name is None or isinstance(name, str):
+        h = _grouped_plain(tensors, name, opv, prescale_factor, postscale_factor, sid)
+        if h is not NotImplemented:
+            return h
+    return _grouped_allreduce_general(tensors, in_place, _group_names(name, len(tensors)), opv,
+                                      prescale_factor, postscale_factor, sid)
+
+
+def _grouped_allreduce_general(tensors, in_place, names, opv, prescale_factor,
+                               postscale_factor, sid):
+    """Grouped allreduce of any tensors (non-contiguous: via copies), named by `names`."""
+    tensors = _checked_group(tensors)
+    targets = [_in_place_target(t) if in_place else (t, None) for t in tensors]
+    bufs = [b for b, _ in targets]
+    finish = lambda h: [done() for _, done in targets] if in_place else bufs  # noqa: E731
+    native = _C.grouped_allreduce_async(bufs, names, opv, float(prescale_factor),
+                                        float(postscale_factor), sid)
     return _register(native, finish)
 
 

@@ -1,8 +1,11 @@
 """DistributedOptimizer: averages gradients across ranks while backward runs.
 
-A hook on each parameter's gradient accumulator starts that gradient's allreduce as soon as
-it is computed, so communication overlaps the rest of the backward pass; step() (or
-synchronize()) waits for them, then runs the wrapped optimizer.
+A hook on each parameter's gradient accumulator counts its gradient; with the default options
+the parameters are cut once into buckets (_buckets.py) and a bucket's grouped allreduce starts
+when its last gradient is computed, so communication overlaps the rest of the backward pass;
+otherwise (groups, compression, Adasum, bucket_cap_mb=0) each gradient's allreduce starts as
+soon as it is computed. step() (or synchronize()) waits for them, then runs the wrapped
+optimizer.
 """
 
 import contextlib
@@ -14,6 +17,7 @@ import torch
 from .._basics import Average, _set_id, global_process_set, size
 from .._gradients import (GradientEngine, ReduceOptions, check_groups, check_reduce_options,
                           checked_names, fold_num_groups, plan_groups)
+from ._buckets import Buckets, resolve_cap_mb, use_buckets
 from ._grad_ops import TorchGradOps
 from .compression import Compression
 from .semisync import make_semisync_optimizer
@@ -26,7 +30,7 @@ class _DistributedOptimizer:
 
     _hvd_base_class = None  # the wrapped optimizer's class, set on the generated subclass
 
-    def _hvd_setup(self, named_parameters, options, backward_passes_per_step):
+    def _hvd_setup(self, named_parameters, options, backward_passes_per_step, cap_mb):
         self._compression = options.compression
         self.op = options.op
         self.gradient_predivide_factor = options.gradient_predivide_factor
@@ -43,6 +47,7 @@ class _DistributedOptimizer:
                                       names=[name_of[p] for p in self._params],
                                       groups=plan_groups(options.groups, self._params),
                                       backward_passes_per_step=backward_passes_per_step)
+        self._buckets = None
         self._grad_accs = []
         self._registered = False
         self._synchronized = False
@@ -51,6 +56,10 @@ class _DistributedOptimizer:
         # A rank outside the process set steps on its own gradients, without communicating.
         self._included = options.process_set is None or bool(options.process_set.included())
         if self._included and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
+            if use_buckets(options, cap_mb):
+                self._buckets = Buckets(self._params, [name_of[p] for p in self._params],
+                                        options, cap_mb, backward_passes_per_step, self._engine,
+                                        self._grad_of)
             self._register_hooks()
 
     @property
@@ -73,14 +82,14 @@ class _DistributedOptimizer:
         def hook(*_):
             grad = p.grad
             assert not grad.requires_grad
-            # The common case (a dense gradient, the engine's plain options) with no more
-            # Python than the count and the native call: it runs once per parameter per step.
+            # Without buckets, the common case (a dense gradient, the engine's plain options)
+            # with no more Python than the count and the native call.
             if engine.plain and not grad.is_sparse:
                 engine.start_plain(slot, grad)
             else:
                 engine.passed(slot, self._grad_of)
 
-        return hook
+        return hook if self._buckets is None else self._buckets.hook(slot, hook)
 
     def _grad_of(self, slot):
         """The gradient of a slot to reduce. One not computed here (unused in this forward
@@ -101,8 +110,18 @@ class _DistributedOptimizer:
         if not self._included:
             self._synchronized = True
             return
-        required = range(len(self._params)) if self._registered else ()
-        results = self._engine.finish(required, self._grad_of)
+        buckets = self._buckets
+        if buckets is None:
+            required = range(len(self._params)) if self._registered else ()
+        else:
+            buckets.start_rest(self._grad_of)
+            required = buckets.engine_slots()
+        self._engine.start(required, self._grad_of)
+        try:
+            if buckets is not None:
+                buckets.wait()  # in place in p.grad
+        finally:  # the engine's reductions are waited for also when a bucket's failed
+            results = self._engine.wait()
         with torch.no_grad():
             for slot, result in results.items():
                 p = self._params[slot]
@@ -139,17 +158,21 @@ class _DistributedOptimizer:
         """Changes how many backward passes accumulate locally before gradients are reduced
         (and restarts the count), as Horovod's optimizer does."""
         self._engine.set_passes(passes)
+        if self._buckets is not None:
+            self._buckets.set_passes(passes)
 
     def load_state_dict(self, *args, **kwargs):
         """Loads the wrapped optimizer's state; pending gradient reductions are forgotten and
         the backward-pass count restarts, as in Horovod."""
         self._engine.reset()
+        if self._buckets is not None:
+            self._buckets.reset()
         self._synchronized = False
         self._should_synchronize = True
         return self._hvd_base_class.load_state_dict(self, *args, **kwargs)
 
     def zero_grad(self, *args, **kwargs):
-        if self._engine.pending:
+        if self._engine.pending or (self._buckets is not None and self._buckets.pending):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
@@ -170,7 +193,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          num_groups=0, groups=None, sparse_as_dense=False,
                          process_set=global_process_set, staleness=0, local_sgd_period=0,
                          local_sgd_warmup_steps=0, local_sgd_average_state=False,
-                         local_sgd_overlap=False):
+                         local_sgd_overlap=False, bucket_cap_mb=None):
     """Wraps a torch.optim optimizer so that gradients are averaged across ranks.
 
     Returns an instance of a subclass of the optimizer's class, over the same param_groups.
@@ -182,8 +205,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ahead); local_sgd_period=k > 0 steps on local gradients and averages the parameters (and,
     with local_sgd_average_state, the optimizer state) every k steps, after
     local_sgd_warmup_steps synchronous steps. Both have flush().
+
+    bucket_cap_mb (not in Horovod; None: HOROVOD_BUCKET_CAP_MB, else 25): the synchronous
+    optimizer reduces its gradients in buckets of up to this many MiB (the first one 1 MiB),
+    cut once in reverse parameter order, each one grouped allreduce started when its last
+    gradient is computed; 0 starts one allreduce per gradient instead.
     """
     check_reduce_options(op, gradient_predivide_factor)
+    cap_mb = resolve_cap_mb(bucket_cap_mb)
     groups = check_groups(fold_num_groups(groups, num_groups),
                           lambda t: isinstance(t, torch.Tensor), "torch.Tensor")
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
@@ -207,5 +236,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(base.__name__, (_DistributedOptimizer, base), {"_hvd_base_class": base})
     dist = cls.__new__(cls)
     base.__init__(dist, optimizer.param_groups)
-    dist._hvd_setup(named_parameters, options, backward_passes_per_step)
+    dist._hvd_setup(named_parameters, options, backward_passes_per_step, cap_mb)
     return dist
