@@ -221,21 +221,27 @@ TEST_CASE("shm paths: a forced way is the way every call takes", "[shm_paths]") 
   const int way = forced ? std::atoi(forced) : 0;
   if (way == 0) return;  // the measured choice: which way a call takes is not fixed
   const std::string path = "/tmp/hvd_shm_paths_" + std::to_string(getppid()) + ".json";
+  int ranks = 0;
   {
     ScopedEnv env({{"HOROVOD_TIMELINE", path}});
     Session s;
     const int me = hvd::rank();
-    std::vector<float> v(20000);
+    ranks = hvd::size();
+    std::vector<int32_t> v(20000);
+    std::vector<float> f(20000, 1.0f);
     for (int k = 0; k < 5; ++k) {
-      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(me + i % 5);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(me + i % 5);
       hvd::AllreduceOptions o;
       o.op = ReduceOp::kSum;
-      hvd::allreduce("paths.forced.ar", hvd::TensorView(v.data(), DataType::kFloat32, {20000}), o);
+      hvd::allreduce("paths.forced.ar", hvd::TensorView(v.data(), DataType::kInt32, {20000}), o);
+      // Floats leave the fold only at two ranks (ShmTransport: the same bits as the fold).
+      hvd::allreduce("paths.forced.float", hvd::TensorView(f.data(), DataType::kFloat32, {20000}),
+                     o);
       hvd::ReducescatterOptions r;
       r.op = ReduceOp::kSum;
       hvd::reducescatter("paths.forced.rs",
-                         hvd::TensorView(v.data(), DataType::kFloat32, {4, 5000}), r);
-      hvd::broadcast("paths.forced.bc", hvd::TensorView(v.data(), DataType::kFloat32, {20000}),
+                         hvd::TensorView(v.data(), DataType::kInt32, {4, 5000}), r);
+      hvd::broadcast("paths.forced.bc", hvd::TensorView(f.data(), DataType::kFloat32, {20000}),
                      0);
     }
   }
@@ -259,6 +265,10 @@ TEST_CASE("shm paths: a forced way is the way every call takes", "[shm_paths]") 
     CHECK(rs.count("MPI_reducescatter") == (way == 2 ? 1u : 0u));
     CHECK(bc.count("SHM_BROADCAST") == (way == 1 ? 1u : 0u));
     CHECK(bc.count("MPI_broadcast") == (way == 2 ? 1u : 0u));
+    const bool float_mpi = way == 2 && ranks == 2;
+    const auto fl = phases_of(events, "paths.forced.float");
+    CHECK(fl.count("SHM_ALLREDUCE") == (float_mpi ? 0u : 1u));
+    CHECK(fl.count("MPI_allreduce") == (float_mpi ? 1u : 0u));
     std::remove(path.c_str());
   }
 }

@@ -57,8 +57,12 @@ class ShmTransport : public Transport {
     // One compare for the calls below the measured sizes (every small allreduce).
     if (b.bytes >= measured_min_bytes_) {
       switch (b.op) {
-        case OpType::kAllreduce: return run_measured(b, GatherPaths::kAllreduce);
-        case OpType::kReducescatter: return run_measured(b, GatherPaths::kReducescatter);
+        case OpType::kAllreduce:
+          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kAllreduce);
+          break;
+        case OpType::kReducescatter:
+          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kReducescatter);
+          break;
         case OpType::kBroadcast: return run_measured(b, GatherPaths::kBroadcastPlane);
         default: break;
       }
@@ -126,6 +130,12 @@ class ShmTransport : public Transport {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (ok) shm_->record_path(kind, bytes, mpi, seconds);
   }
+  /// Whether MPI's reduction of `dtype` gives the fold's bits: the fold takes every element
+  /// in rank order ((x0 op x1) op x2 ..., shm_allreduce.h), whatever its place in a fused
+  /// batch, and MPI's order is its own. Two ranks' operands are exchanged exactly (x0 op x1 is
+  /// x1 op x0 bit for bit), and integers are exact in any order; floats of three ranks or
+  /// more would differ in their last bits, and with them a run resumed from a checkpoint.
+  bool mpi_same_bits(DataType dtype) const { return size_ == 2 || !is_floating_point(dtype); }
   bool gather_sized(int64_t bytes) const { return bytes <= gather_max_bytes_; }
   /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
   int64_t bytes_per_rank(const Batch& b) const {
