@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "test_util.h"
+#include "timeline_util.h"
 
 using hvd::DataType;
 using hvd::ReduceOp;
@@ -178,25 +179,6 @@ void broadcast_round(const std::string& tag, int repeats) {
   }
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
-
-// Names of the phases the timeline recorded for `tensor`.
-std::set<std::string> phases_of(const nlohmann::json& events, const std::string& tensor) {
-  int tid = -1;
-  for (const auto& e : events) {
-    if (e.value("ph", "") == "M" && e["args"].value("name", "") == tensor) tid = e["tid"];
-  }
-  std::set<std::string> out;
-  for (const auto& e : events) {
-    if (e.value("tid", -2) == tid && e.value("ph", "") != "M") out.insert(e.value("name", ""));
-  }
-  return out;
-}
 
 }  // namespace
 
