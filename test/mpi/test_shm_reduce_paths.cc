@@ -43,10 +43,18 @@ double fold(int64_t i, ReduceOp op, int n, double pre) {
   for (int r = 1; r < n; ++r) {
     const double v = contribution(r, i, op) * pre;
     switch (op) {
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
-      default: acc += v; break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   return op == ReduceOp::kAverage ? acc / n : acc;
@@ -71,8 +79,8 @@ void allreduce_round(const std::string& tag, int repeats) {
   const int n = hvd::size(), me = hvd::rank();
   for (int rep = 0; rep < repeats; ++rep) {
     std::vector<Case> cases;
-    for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                       DataType::kFloat16, DataType::kBFloat16}) {
+    for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kFloat16,
+                       DataType::kBFloat16}) {
       const bool fp = hvd::is_floating_point(d);
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                           ReduceOp::kProduct}) {
@@ -118,15 +126,15 @@ void allreduce_round(const std::string& tag, int repeats) {
 void reducescatter_round(const std::string& tag, int repeats) {
   const int n = hvd::size(), me = hvd::rank();
   for (int rep = 0; rep < repeats; ++rep) {
-    for (DataType d : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
-                       DataType::kBFloat16}) {
+    for (DataType d :
+         {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kBFloat16}) {
       const bool fp = hvd::is_floating_point(d);
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
         if (!fp && op == ReduceOp::kAverage) continue;
         for (int64_t cols : {int64_t{300}, int64_t{5000}}) {
           const int64_t rows = 4 * n + 1;  // uneven blocks
-          const std::string name = tag + "." + hvd::dtype_name(d) + "." +
-                                   hvd::reduce_op_name(op) + "." + std::to_string(cols);
+          const std::string name = tag + "." + hvd::dtype_name(d) + "." + hvd::reduce_op_name(op) +
+                                   "." + std::to_string(cols);
           INFO(name);
           Buffer in(d, {rows, cols});
           for (int64_t i = 0; i < in.n(); ++i) in.set(i, contribution(me, i, op));
@@ -143,7 +151,8 @@ void reducescatter_round(const std::string& tag, int repeats) {
           std::memcpy(got.bytes.data(), out.data(), got.bytes.size());
           int64_t bad = 0;
           for (int64_t i = 0; i < got.n(); ++i) {
-            const double want = fold(first * cols + i, op, n, o.prescale_factor) * o.postscale_factor;
+            const double want =
+                fold(first * cols + i, op, n, o.prescale_factor) * o.postscale_factor;
             if (!close(got.get(i), want) && bad++ < 3) {
               FAIL_CHECK(name << "[" << i << "]: got " << got.get(i) << ", expected " << want);
             }
@@ -178,7 +187,6 @@ void broadcast_round(const std::string& tag, int repeats) {
     }
   }
 }
-
 
 }  // namespace
 
@@ -221,10 +229,9 @@ TEST_CASE("shm paths: a forced way is the way every call takes", "[shm_paths]") 
                      o);
       hvd::ReducescatterOptions r;
       r.op = ReduceOp::kSum;
-      hvd::reducescatter("paths.forced.rs",
-                         hvd::TensorView(v.data(), DataType::kInt32, {4, 5000}), r);
-      hvd::broadcast("paths.forced.bc", hvd::TensorView(f.data(), DataType::kFloat32, {20000}),
-                     0);
+      hvd::reducescatter("paths.forced.rs", hvd::TensorView(v.data(), DataType::kInt32, {4, 5000}),
+                         r);
+      hvd::broadcast("paths.forced.bc", hvd::TensorView(f.data(), DataType::kFloat32, {20000}), 0);
     }
   }
   int world_rank = 0;

@@ -89,9 +89,7 @@ class GatherPaths {
   /// The band of a call of `bytes`, or -1 when calls of that size do not choose here.
   int band(int64_t bytes) const;
   /// band(), or -1 when `kind` does not choose here.
-  int band(Kind kind, int64_t bytes) const {
-    return (kinds_ >> kind) & 1u ? band(bytes) : -1;
-  }
+  int band(Kind kind, int64_t bytes) const { return (kinds_ >> kind) & 1u ? band(bytes) : -1; }
 
   /// Whether this call of `kind` and `bytes` (band(kind, bytes) >= 0) takes the second way
   /// (one copy, MPI). Counts the call: call it exactly once per call, on every rank alike.

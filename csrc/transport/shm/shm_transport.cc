@@ -26,8 +26,7 @@ class ShmTransport : public Transport {
   /// of at least `measured_min_bytes` that the measured paths send there (null: none;
   /// gather_paths.h).
   ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes,
-               int64_t gather_max_bytes, std::unique_ptr<Transport> mpi,
-               int64_t measured_min_bytes)
+               int64_t gather_max_bytes, std::unique_ptr<Transport> mpi, int64_t measured_min_bytes)
       : shm_(std::move(shm)),
         rank_(rank),
         size_(size),
