@@ -162,6 +162,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_SHM_MEASURED_MIN_BYTES", &c.shm_measured_min_bytes));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_TEST_SHM_PATH_VOTES", &c.test_shm_path_votes));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_TEST_SHM_PATH", &c.test_shm_path, 2));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_SHM_HIERARCHICAL", &c.shm_hierarchical));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_TEST_RANKS_PER_HOST", &c.test_ranks_per_host, 1 << 20));
@@ -206,6 +207,7 @@ std::string Config::describe() const {
      << " HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES=" << shm_single_copy_max_bytes
      << " HOROVOD_CPP_SHM_MEASURED_MIN_BYTES=" << shm_measured_min_bytes
      << " HOROVOD_CPP_TEST_SHM_PATH_VOTES=" << test_shm_path_votes
+     << " HOROVOD_CPP_TEST_SHM_PATH=" << test_shm_path
      << " HOROVOD_CPP_SHM_HIERARCHICAL=" << shm_hierarchical
      << " HOROVOD_CPP_TEST_RANKS_PER_HOST=" << test_ranks_per_host
      << " HOROVOD_CPP_TEST_HOSTS_ROUND_ROBIN=" << test_hosts_round_robin

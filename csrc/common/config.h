@@ -73,6 +73,11 @@ struct Config {
   /// pseudo-random and different on every rank every cycle, so that only the agreement keeps
   /// the ranks on the same way.
   bool test_shm_path_votes = false;
+  /// HOROVOD_CPP_TEST_SHM_PATH (default 0, testing only): 0 the measured paths take the agreed
+  /// way; 1 every call that chooses there takes the first way (two copies, the shm fold); 2
+  /// the second (one copy, MPI: for allreduce and reducescatter only where the data plane is
+  /// MPI, for the others only where single copies work).
+  int64_t test_shm_path = 0;
   /// HOROVOD_CPP_SHM_GATHER_MAX_BYTES (default 0 = no limit): broadcasts, allgathers and
   /// alltoalls of more bytes per rank than this use MPI instead of shared memory.
   int64_t shm_gather_max_bytes = 0;

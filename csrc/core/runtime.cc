@@ -136,6 +136,7 @@ Status Runtime::check_config_agreement(const Status& timeline) {
       {"HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES", c.shm_single_copy_max_bytes, false, false},
       {"HOROVOD_CPP_SHM_MEASURED_MIN_BYTES", c.shm_measured_min_bytes, false, false},
       {"HOROVOD_CPP_TEST_SHM_PATH_VOTES", c.test_shm_path_votes ? 1 : 0, false, false},
+      {"HOROVOD_CPP_TEST_SHM_PATH", c.test_shm_path, false, false},
       {"HOROVOD_CYCLE_TIME", bits(c.cycle_time_ms), true, true},
       {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", c.autotune_warmup_samples, false, true},
       {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", c.autotune_steps_per_sample, false, true},

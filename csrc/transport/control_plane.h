@@ -19,7 +19,7 @@ namespace hvd {
 
 /// Bits a transport may use for its votes (Transport::path_votes()). The controller carries
 /// them in the flags word of the bit vector every cycle ANDs.
-constexpr int kTransportVoteBits = 16;
+constexpr int kTransportVoteBits = 24;
 
 /// The most words a cycle's allreduce_and() vector has with a response cache of
 /// `cache_capacity` entries: a flags word, then three bits per cache entry. A control plane

@@ -11,31 +11,10 @@
 #include <sstream>
 
 #include "test_util.h"
+#include "timeline_util.h"
 
 using hvd::DataType;
 using namespace hvdtest;
-
-namespace {
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return nlohmann::json::parse(ss.str());  // throws on invalid JSON
-}
-
-// Names of the phases recorded for `tensor`.
-std::set<std::string> phases_of(const nlohmann::json& events, const std::string& tensor) {
-  int tid = -1;
-  for (const auto& e : events) {
-    if (e.value("ph", "") == "M" && e["args"].value("name", "") == tensor) tid = e["tid"];
-  }
-  std::set<std::string> out;
-  for (const auto& e : events) {
-    if (e.value("tid", -2) == tid && e.value("ph", "") != "M") out.insert(e.value("name", ""));
-  }
-  return out;
-}
-}  // namespace
 
 TEST_CASE("timeline: HOROVOD_TIMELINE writes a Chrome trace with every phase", "[timeline]") {
   const std::string path = "/tmp/hvd_timeline_test_" + std::to_string(getppid()) + ".json";

@@ -17,7 +17,7 @@ std::vector<bool> feed(GatherPaths& p, GatherPaths::Kind kind, int64_t bytes, in
                        double one) {
   std::vector<bool> ways;
   for (int i = 0; i < calls; ++i) {
-    const bool single = p.single_copy(kind, bytes);
+    const bool single = p.second_way(kind, bytes);
     ways.push_back(single);
     p.record(kind, bytes, single, static_cast<double>(bytes) * (single ? one : two));
   }
@@ -43,7 +43,7 @@ TEST_CASE("gather paths: bands from the smallest size, off below it or when disa
   CHECK(p.band(16 * kMin) == 2);
   CHECK(p.band(64 * kMin) == 3);
   CHECK(p.band(int64_t{1} << 40) == 3);
-  CHECK_FALSE(p.single_copy(GatherPaths::kAllgather, kMin - 1));  // not counted, not chosen
+  CHECK_FALSE(p.second_way(GatherPaths::kAllgather, kMin - 1));  // not counted, not chosen
 }
 
 TEST_CASE("gather paths: the calls that try the other way are the same whatever the timings",
@@ -120,7 +120,7 @@ TEST_CASE("gather paths: the fastest of the last calls, following a change withi
   feed(p, kind, kMin, 8, 1e-9, 2e-9);
   CHECK(p.votes(p.costs()) == 0);
   // A call that waited for a late rank does not count against its way.
-  CHECK_FALSE(p.single_copy(kind, kMin));
+  CHECK_FALSE(p.second_way(kind, kMin));
   p.record(kind, kMin, false, kMin * 9e-9);
   CHECK(p.costs().c[kind][0][0] == Approx(1e-9));
   // Two copies turn 5x slower (the benchmark VM's bad stretches): once a window of calls has
@@ -144,6 +144,45 @@ TEST_CASE("gather paths: test votes differ by seed and by cycle", "[gather_paths
   }
   CHECK(seen.size() > 40);
   CHECK(differ > 40);
+}
+
+TEST_CASE("gather paths: MPI for the reductions, with its own margin, only where enabled",
+          "[gather_paths]") {
+  const auto kind = GatherPaths::kAllreduce;
+  GatherPaths p;
+  p.enable(kMin);  // the gather kinds only: reductions never leave the fold
+  CHECK(p.band(kind, kMin) == -1);
+  CHECK(p.band(GatherPaths::kBroadcast, kMin) == 0);
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(p.second_way(kind, kMin));
+  p.enable(kMin, 0, GatherPaths::kMpiKinds);
+  CHECK(p.band(kind, kMin) == 0);
+  // MPI 1.2x faster: past kMpiSwitchGain (1.1), short of kSwitchGain.
+  feed(p, kind, kMin, 8, 1.2e-9, 1e-9);
+  CHECK(p.votes(p.costs()) == bit(kind, 0));
+  // 1.05x: not enough to leave the fold; enough to stay on MPI once there.
+  GatherPaths q;
+  q.enable(kMin, 0, GatherPaths::kMpiKinds);
+  feed(q, GatherPaths::kReducescatter, kMin, 8, 1.05e-9, 1e-9);
+  CHECK(q.votes(q.costs()) == 0);
+  q.set_agreed(bit(GatherPaths::kReducescatter, 0));
+  CHECK(q.votes(q.costs()) == bit(GatherPaths::kReducescatter, 0));
+  // Test votes only for the enabled kinds.
+  GatherPaths t;
+  t.enable(kMin, 12345, GatherPaths::kMpiKinds);
+  for (int i = 0; i < 20; ++i) CHECK((t.votes(t.costs()) & ~(0xfffu << 12)) == 0);
+}
+
+TEST_CASE("gather paths: a forced way on every call, whatever the votes", "[gather_paths]") {
+  for (int way : {0, 1}) {
+    GatherPaths p;
+    p.enable(kMin, 0, GatherPaths::kGatherKinds | GatherPaths::kMpiKinds);
+    p.force(way);
+    p.set_agreed(way ? 0u : ~0u);  // the opposite of the forced way everywhere
+    for (int i = 0; i < 70; ++i) {
+      CHECK(p.second_way(GatherPaths::kReducescatter, 4 * kMin) == (way == 1));
+      CHECK(p.second_way(GatherPaths::kAllgather, kMin) == (way == 1));
+    }
+  }
 }
 
 }  // namespace hvd

@@ -12,21 +12,22 @@ int GatherPaths::band(int64_t bytes) const {
   return b;
 }
 
-bool GatherPaths::single_copy(Kind kind, int64_t bytes) {
-  const int b = band(bytes);
+bool GatherPaths::second_way(Kind kind, int64_t bytes) {
+  const int b = band(kind, bytes);
   if (b < 0) return false;
   const bool in_use = (agreed_ >> bit(kind, b)) & 1u;
   const uint64_t n = calls_[kind][b]++;
+  if (forced_ >= 0) return forced_ == 1;
   // Calls 1-3 try the other way (the first call of each way is not counted: cold), then one
   // call in every kExplorePeriod.
   const bool explore = n == 2 || n == 3 || n % kExplorePeriod == 1;
   return explore ? !in_use : in_use;
 }
 
-void GatherPaths::record(Kind kind, int64_t bytes, bool single, double seconds) {
-  const int b = band(bytes);
+void GatherPaths::record(Kind kind, int64_t bytes, bool second, double seconds) {
+  const int b = band(kind, bytes);
   if (b < 0 || seconds <= 0.0) return;
-  const int w = single ? 1 : 0;
+  const int w = second ? 1 : 0;
   // The first call of each way and class is not counted: its pages and lines are cold.
   const uint64_t n = samples_[kind][b][w]++;
   if (n == 0) return;
@@ -49,27 +50,32 @@ void GatherPaths::fold_slowest(const Costs& peer, Costs* slowest) {
 }
 
 uint32_t GatherPaths::votes(const Costs& slowest) {
+  uint32_t enabled_bits = 0;
+  for (int k = 0; k < kKinds; ++k) {
+    if ((kinds_ >> k) & 1u) enabled_bits |= ((1u << kBands) - 1) << bit(static_cast<Kind>(k), 0);
+  }
   if (test_state_ != 0) {  // xorshift64: a different mask each cycle, different per seed
     test_state_ ^= test_state_ << 13;
     test_state_ ^= test_state_ >> 7;
     test_state_ ^= test_state_ << 17;
-    return static_cast<uint32_t>(test_state_) & ((1u << kVoteBits) - 1);
+    return static_cast<uint32_t>(test_state_) & enabled_bits;
   }
   uint32_t v = 0;
   for (int k = 0; k < kKinds; ++k) {
+    if (!((kinds_ >> k) & 1u)) continue;
+    // The second way replaces the first only for a clear gain, and gives way as soon as the
+    // first is faster again.
+    const double gain = (kMpiKinds >> k) & 1u ? kMpiSwitchGain : kSwitchGain;
     for (int b = 0; b < kBands; ++b) {
-      const double two = slowest.c[k][b][0], one = slowest.c[k][b][1];
-      // Two copies until both ways are known from kMinSamples calls each.
-      if (two == 0.0 || one == 0.0 || samples_[k][b][0] <= kMinSamples ||
+      const double first = slowest.c[k][b][0], second = slowest.c[k][b][1];
+      // The first way until both are known from kMinSamples calls each.
+      if (first == 0.0 || second == 0.0 || samples_[k][b][0] <= kMinSamples ||
           samples_[k][b][1] <= kMinSamples) {
         continue;
       }
       const int i = bit(static_cast<Kind>(k), b);
       const bool in_use = (agreed_ >> i) & 1u;
-      // Two copies are the default: single copies take over only for a clear gain, and give
-      // way as soon as two copies are faster again.
-      const bool single = in_use ? one <= two : one * kSwitchGain < two;
-      if (single) v |= 1u << i;
+      if (in_use ? second <= first : second * gain < first) v |= 1u << i;
     }
   }
   return v;

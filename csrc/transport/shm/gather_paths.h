@@ -1,22 +1,30 @@
-// Copyright horovod_cpp authors. Which way a large broadcast, allgather or alltoall through
-// shared memory moves its bytes: chosen by measurement, agreed by every rank.
+// Copyright horovod_cpp authors. Which way a large collective on one host moves its bytes:
+// chosen by measurement, agreed by every rank.
 //
-// There are two ways (shm_gather.cc): two copies through the segments (each block's owner
-// copies a piece into its slot, the readers copy it out) and one copy straight from the
-// owner's buffer (process_vm_readv). Which is faster depends on the machine and, on a VM, on
-// the moment: on the benchmark VM two copies run at 0.4-0.9x raw MPI most of the time and at
-// 1.5-5.5x for stretches of seconds to minutes, while single copies stay at 0.8-1.3x
-// throughout (docs/benchmarks-history.md, round fifteen). A fixed choice loses either way.
+// Each class of call (collective x size band) has two ways, the first the default:
+//  - broadcast, allgather, alltoall (shm_gather.cc): two copies through the segments (each
+//    block's owner copies a piece into its slot, the readers copy it out), or one copy
+//    straight from the owner's buffer (process_vm_readv);
+//  - allreduce, reducescatter (shm_transport.cc): the shm fold (shm_allreduce.h), or the MPI
+//    data plane under the shm transport (Open MPI's own shared-memory transport; offered only
+//    where the set's data plane is MPI: Gloo's is TCP, never faster than the segments);
+//  - broadcast, once more (shm_transport.cc): through the segments (by the way kBroadcast
+//    chooses) or by MPI, as the reductions.
+// Which is faster depends on the machine and, on a VM, on the moment: on the benchmark VM two
+// copies run at 0.4-0.9x raw MPI most of the time and at 1.5-5.5x for stretches of seconds to
+// minutes, while single copies stay at 0.8-1.3x throughout (docs/benchmarks-history.md, round
+// fifteen); the fold's allreduce beats MPI by far from 1 MiB in the VM's fast state and loses
+// to it in the slow one, and at 256 KiB in both (issue 41). A fixed choice loses either way.
 //
-// So every rank times the calls of each class (collective x size band): the way in use on
-// every call, the other way on calls 1-3 and every kExplorePeriod-th call. Every rank publishes these
-// costs (ShmAllreduce's header) and votes, per class, for the way whose slowest rank is
-// faster (a collective ends with its slowest rank: a broadcast's root, for one, finishes a
-// two-copy call early). The votes go to the next negotiation cycle, which ORs them across
-// ranks (Controller::set_votes, CycleResult::votes), and every rank then takes the agreed
-// way (set_agreed()). Both the agreed mask and the call counts that pick the
-// exploring calls are the same on every rank, so every rank takes the same way for the same
-// call, as the collective requires: the two ways do not mix within one call.
+// So every rank times the calls of each class: the way in use on every call, the other way on
+// calls 1-3 and every kExplorePeriod-th call. Every rank publishes these costs (ShmAllreduce's
+// header) and votes, per class, for the way whose slowest rank is faster (a collective ends
+// with its slowest rank: a broadcast's root, for one, finishes a two-copy call early). The
+// votes go to the next negotiation cycle, which ORs them across ranks (Controller::set_votes,
+// CycleResult::votes), and every rank then takes the agreed way (set_agreed()). Both the
+// agreed mask and the call counts that pick the exploring calls are the same on every rank,
+// so every rank takes the same way for the same call, as the collective requires: the two
+// ways do not mix within one call.
 //
 // Pure bookkeeping (no clock, no shared memory): the caller times the calls.
 #pragma once
@@ -27,11 +35,24 @@ namespace hvd {
 
 class GatherPaths {
  public:
-  enum Kind { kBroadcast = 0, kAllgather = 1, kAlltoall = 2 };
-  static constexpr int kKinds = 3;
+  /// kBroadcast, kAllgather, kAlltoall: two copies or one. kAllreduce, kReducescatter: the
+  /// fold or MPI. kBroadcastPlane: the segments (either copy way, as kBroadcast chooses) or MPI.
+  enum Kind {
+    kBroadcast = 0,
+    kAllgather = 1,
+    kAlltoall = 2,
+    kAllreduce = 3,
+    kReducescatter = 4,
+    kBroadcastPlane = 5
+  };
+  static constexpr int kKinds = 6;
+  /// Masks of kinds (bit `kind`) for enable(): the ones that choose between one copy and two,
+  /// and the ones that choose between the segments and MPI.
+  static constexpr uint32_t kGatherKinds = 0x7;
+  static constexpr uint32_t kMpiKinds = 0x38;
   /// Size bands from the smallest size chosen: [m, 4m), [4m, 16m), [16m, 64m), [64m, ...).
   static constexpr int kBands = 4;
-  /// Vote bits: bit kind * kBands + band is set for "single copy".
+  /// Vote bits: bit kind * kBands + band is set for the second way (one copy, MPI).
   static constexpr int kVoteBits = kKinds * kBands;
   /// One call of every this many of a class takes the way not in use (and so do its calls 1-3,
   /// so that both ways are timed early; a way's first call is not counted).
@@ -44,27 +65,38 @@ class GatherPaths {
   /// noise: on the benchmark VM they are 1.3-2x slower in its good times and up to 5x faster
   /// in its bad ones); two copies come back as soon as they are faster.
   static constexpr double kSwitchGain = 1.5;
+  /// MPI replaces the segments when this many times faster (the goal is at most 1.1x raw MPI
+  /// from 256 KiB); the segments come back as soon as they are faster.
+  static constexpr double kMpiSwitchGain = 1.1;
 
-  /// Calls of at least `min_bytes` (<= 0: none) choose their way here. `test_seed` nonzero
-  /// replaces the votes by pseudo-random ones drawn from it (tests: ranks then vote
-  /// differently every cycle, and only the agreement keeps them together).
-  void enable(int64_t min_bytes, uint64_t test_seed = 0) {
+  /// Calls of the `kinds` (a mask of bits 1 << kind, added to those enabled before) of at
+  /// least `min_bytes` (<= 0: none) choose their way here; the same `min_bytes` and
+  /// `test_seed` on every call. `test_seed` nonzero replaces the votes by pseudo-random ones
+  /// drawn from it (tests: ranks then vote differently every cycle, and only the agreement
+  /// keeps them together).
+  void enable(int64_t min_bytes, uint64_t test_seed = 0, uint32_t kinds = kGatherKinds) {
     min_bytes_ = min_bytes;
     test_state_ = test_seed;
+    kinds_ |= kinds;
   }
-  bool enabled() const { return min_bytes_ > 0; }
+  bool enabled() const { return min_bytes_ > 0 && kinds_ != 0; }
+  /// Tests: every call that chooses here takes way `way` (0: the first, 1: the second)
+  /// whatever the votes; -1 (the default): the agreed way.
+  void force(int way) { forced_ = way; }
   /// Whether votes() are the tests' random ones (drawn anew every call).
   bool test_votes() const { return test_state_ != 0; }
 
-  /// The band of a call of `bytes`, or -1 when this class of call does not choose here.
+  /// The band of a call of `bytes`, or -1 when calls of that size do not choose here.
   int band(int64_t bytes) const;
+  /// band(), or -1 when `kind` does not choose here.
+  int band(Kind kind, int64_t bytes) const { return (kinds_ >> kind) & 1u ? band(bytes) : -1; }
 
-  /// Whether this call of `kind` and `bytes` (band() >= 0) goes by single copy. Counts the
-  /// call: call it exactly once per call, on every rank alike.
-  bool single_copy(Kind kind, int64_t bytes);
+  /// Whether this call of `kind` and `bytes` (band(kind, bytes) >= 0) takes the second way
+  /// (one copy, MPI). Counts the call: call it exactly once per call, on every rank alike.
+  bool second_way(Kind kind, int64_t bytes);
 
-  /// Records how long a call that single_copy() placed took on this rank.
-  void record(Kind kind, int64_t bytes, bool single, double seconds);
+  /// Records how long a call that second_way() placed took on this rank.
+  void record(Kind kind, int64_t bytes, bool second, double seconds);
 
   /// Seconds per byte by class and way: the fastest of the last kWindow counted calls (a
   /// call also waits for the last rank to arrive, which has nothing to do with the way: the
@@ -77,7 +109,8 @@ class GatherPaths {
   /// Folds a peer's costs into `slowest`: the larger cost, or 0 where either is unmeasured.
   static void fold_slowest(const Costs& peer, Costs* slowest);
 
-  /// This rank's votes for the next cycle (a bit per class, kVoteBits bits), from the
+  /// This rank's votes for the next cycle (a bit per class, kVoteBits bits; only the enabled
+  /// kinds' bits), from the
   /// slowest rank's costs (costs() folded with every peer's by fold_slowest()).
   uint32_t votes(const Costs& slowest);
 
@@ -90,6 +123,8 @@ class GatherPaths {
  private:
   int64_t min_bytes_ = 0;
   uint32_t agreed_ = 0;
+  uint32_t kinds_ = 0;  // enable()'s kinds
+  int forced_ = -1;     // force()
   uint64_t test_state_ = 0;
   uint64_t calls_[kKinds][kBands] = {};
   uint64_t samples_[kKinds][kBands][2] = {};        // record()s by class and way

@@ -74,14 +74,21 @@ class ShmAllreduce {
   /// times the ranks) of at least that, outside the fixed single-copy window choose between
   /// one copy and two by measurement (gather_paths.h); call only after every rank's probe
   /// succeeded, with the same `min_bytes` on every rank. `test_seed`: GatherPaths::enable.
+  /// (ShmTransport enables the allreduce's and reducescatter's choice of MPI through paths().)
   void enable_measured_paths(int64_t min_bytes, uint64_t test_seed) {
-    paths_.enable(min_bytes, test_seed);
+    paths_.enable(min_bytes, test_seed, GatherPaths::kGatherKinds);
   }
   /// The measured choice of ways: path_votes() go to each negotiation cycle (from every
   /// rank's published costs), and the agreed votes come back (paths().set_agreed()) before
   /// the cycle's collectives run (ShmTransport).
   GatherPaths& paths() { return paths_; }
   uint32_t path_votes();
+  /// Records a timed call that paths().second_way() placed (GatherPaths::record) and
+  /// publishes this rank's costs for the peers' votes.
+  void record_path(GatherPaths::Kind kind, int64_t bytes, bool second, double seconds) {
+    paths_.record(kind, bytes, second, seconds);
+    publish_path_costs();
+  }
   /// Ranks outnumber cores on this host: waits yield the core while they spin.
   void set_yield_core(bool yield) { yield_core_ = yield; }
   /// The peers' processes, checked by every wait that lasts (off until its setup()).

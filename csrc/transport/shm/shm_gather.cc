@@ -62,9 +62,9 @@ bool ShmAllreduce::choose_single(GatherPaths::Kind kind, int64_t bytes, int64_t 
                                  bool* timed) {
   *timed = false;
   if (use_single_copy(bytes, factor)) return true;  // the fixed window, where one is set
-  if (paths_.band(bytes) < 0) return false;
+  if (paths_.band(kind, bytes) < 0) return false;
   *timed = true;
-  return paths_.single_copy(kind, bytes);
+  return paths_.second_way(kind, bytes);
 }
 
 template <typename Run>
@@ -75,9 +75,8 @@ Status ShmAllreduce::run_way(GatherPaths::Kind kind, int64_t bytes, int64_t fact
   const auto t0 = std::chrono::steady_clock::now();
   Status st = run(single);
   if (st.ok()) {
-    paths_.record(kind, bytes, single,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    publish_path_costs();
+    record_path(kind, bytes, single,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return st;
 }

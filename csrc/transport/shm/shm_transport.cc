@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "common/clock.h"
 #include "kernels/host/cpu_ops.h"
+#include "transport/cpu/cpu_transport.h"
 #include "transport/row_layout.h"
 #include "transport/shm/shm_allreduce.h"
 #include "transport/shm/shm_setup.h"
@@ -20,13 +22,18 @@ static_assert(GatherPaths::kVoteBits <= kTransportVoteBits,
 
 class ShmTransport : public Transport {
  public:
+  /// `mpi`: the MPI data plane's transport, for the allreduces, reducescatters and broadcasts
+  /// of at least `measured_min_bytes` that the measured paths send there (null: none;
+  /// gather_paths.h).
   ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes,
-               int64_t gather_max_bytes)
+               int64_t gather_max_bytes, std::unique_ptr<Transport> mpi, int64_t measured_min_bytes)
       : shm_(std::move(shm)),
         rank_(rank),
         size_(size),
         min_bytes_(min_bytes),
-        gather_max_bytes_(gather_max_bytes) {}
+        gather_max_bytes_(gather_max_bytes),
+        mpi_(std::move(mpi)),
+        measured_min_bytes_(mpi_ && measured_min_bytes > 0 ? measured_min_bytes : INT64_MAX) {}
   const char* name() const override { return "shm"; }
   bool accepts(const Batch& b) const override {
     if (!b.device.is_cpu()) return false;
@@ -46,6 +53,25 @@ class ShmTransport : public Transport {
   uint32_t path_votes() override { return shm_->path_votes(); }
   void set_agreed_paths(uint32_t votes) override { shm_->paths().set_agreed(votes); }
   void run(Batch& b) override {
+    // One compare for the calls below the measured sizes (every small allreduce).
+    if (b.bytes >= measured_min_bytes_) {
+      switch (b.op) {
+        case OpType::kAllreduce:
+          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kAllreduce);
+          break;
+        case OpType::kReducescatter:
+          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kReducescatter);
+          break;
+        case OpType::kBroadcast: return run_measured(b, GatherPaths::kBroadcastPlane);
+        default: break;
+      }
+    }
+    run_shm(b);
+  }
+
+ private:
+  /// Runs `b` through the segments.
+  void run_shm(Batch& b) {
     const int64_t t0 = b.phase ? steady_us() : 0;
     BatchOutcome out;  // an allreduce or broadcast allocates no results: out.results stays empty
     const char* phase = "SHM_ALLREDUCE";
@@ -81,8 +107,34 @@ class ShmTransport : public Transport {
     }
     b.done(std::move(out));
   }
-
- private:
+  /// Runs an allreduce, reducescatter or broadcast the way the measured paths choose for
+  /// `kind` (the segments or MPI), timing it for them. Both ways are synchronous: the outcome
+  /// is known on return.
+  void run_measured(Batch& b, GatherPaths::Kind kind) {
+    const int64_t bytes = b.bytes;
+    const bool mpi = shm_->paths().second_way(kind, bytes);
+    bool ok = false;
+    std::function<void(BatchOutcome)> done = std::move(b.done);
+    b.done = [&done, &ok](BatchOutcome out) {
+      ok = out.status.ok();
+      done(std::move(out));
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    if (mpi) {
+      mpi_->run(b);
+    } else {
+      run_shm(b);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (ok) shm_->record_path(kind, bytes, mpi, seconds);
+  }
+  /// Whether MPI's reduction of `dtype` gives the fold's bits: the fold takes every element
+  /// in rank order ((x0 op x1) op x2 ..., shm_allreduce.h), whatever its place in a fused
+  /// batch, and MPI's order is its own. Two ranks' operands are exchanged exactly (x0 op x1 is
+  /// x1 op x0 bit for bit), and integers are exact in any order; floats of three ranks or
+  /// more would differ in their last bits, and with them a run resumed from a checkpoint.
+  bool mpi_same_bits(DataType dtype) const { return size_ == 2 || !is_floating_point(dtype); }
   bool gather_sized(int64_t bytes) const { return bytes <= gather_max_bytes_; }
   /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
   int64_t bytes_per_rank(const Batch& b) const {
@@ -107,6 +159,8 @@ class ShmTransport : public Transport {
   const int size_;
   const int64_t min_bytes_;
   const int64_t gather_max_bytes_;
+  const std::unique_ptr<Transport> mpi_;
+  const int64_t measured_min_bytes_;  // INT64_MAX: no measured choice of MPI
   std::vector<unsigned char> zeros_;  // the contribution of tensors a joined rank lacks
 };
 
@@ -184,14 +238,14 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
   const Config& config = *ctx.config;
   if (!config.shm_enabled) return nullptr;
   std::string why_not;
+  const uint64_t test_seed =
+      config.test_shm_path_votes ? 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.layout.rank + 1)
+                                 : 0;
   std::unique_ptr<ShmAllreduce> shm =
       make_shm_allreduce(*ctx.bootstrap, ctx.set_id, config.shm_chunk_bytes,
                          config.shm_single_copy_bytes > 0 ? config.shm_single_copy_bytes : -1,
                          config.shm_single_copy_max_bytes, config.shm_measured_min_bytes,
-                         config.test_shm_path_votes
-                             ? 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(ctx.layout.rank + 1)
-                             : 0,
-                         &why_not, test_host(ctx));
+                         test_seed, &why_not, test_host(ctx));
   if (shm) {
     shm->set_yield_core(ctx.cores_shared);
     shm->peer_watch().set_lost_code(ctx.lost_peer_code);
@@ -203,10 +257,23 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
     }
     return nullptr;
   }
+  // Large allreduces, reducescatters and broadcasts may go to MPI instead, by measurement:
+  // where the data plane is MPI (the same answer on every rank). Gloo's plane is TCP: not
+  // offered there.
+  std::unique_ptr<Transport> mpi;
+  if (config.shm_measured_min_bytes > 0) {
+    std::unique_ptr<DataPlane> plane;
+    if (ctx.bootstrap->make_data_plane(&plane).ok() && std::strcmp(plane->name(), "mpi") == 0) {
+      mpi = std::make_unique<CpuTransport>(std::move(plane), ctx.layout);
+      shm->paths().enable(config.shm_measured_min_bytes, test_seed, GatherPaths::kMpiKinds);
+    }
+  }
+  shm->paths().force(static_cast<int>(config.test_shm_path) - 1);
   const int64_t gather_max =
       config.shm_gather_max_bytes > 0 ? config.shm_gather_max_bytes : INT64_MAX;
   return std::make_unique<ShmTransport>(std::move(shm), ctx.layout.rank, ctx.layout.size,
-                                        config.shm_min_bytes, gather_max);
+                                        config.shm_min_bytes, gather_max, std::move(mpi),
+                                        config.shm_measured_min_bytes);
 }
 
 }  // namespace hvd
