@@ -1,6 +1,6 @@
 // Copyright horovod_cpp authors. Adasum allreduce under mpirun (2, 3, 4 ranks): every rank
 // rebuilds every rank's input, combines them itself in double by the pairwise tree
-// (../adasum_reference.h) and checks every element of the result, single tensors and fused
+// in the documented order (../adasum_reference.h) and checks every element of the result, single tensors and fused
 // batches.
 #include <cmath>
 #include <memory>
@@ -28,7 +28,7 @@ double value(int r, int seed, int64_t i) {
 }
 
 std::vector<double> tree(const std::vector<std::vector<double>>& slots) {
-  return adasum_tree_ref(slots, 0, slots.size());
+  return adasum_ref(slots);
 }
 
 // Every rank's input of tensor `seed` as the dtype holds it (half types rounded).
