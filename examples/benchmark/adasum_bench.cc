@@ -1,10 +1,10 @@
 // Copyright horovod_cpp authors. Adasum's two schedules over the MPI data plane, timed
 // alternately: the gathered path (allgatherv of every rank's buffer, the tree on each rank)
 // and vector-halving distance-doubling (transport/cpu/adasum_vhdd.h). float32 buffers of one
-// tensor from 1 KiB to --max bytes (x4 steps); per size, `--rounds` alternations of
+// tensor from 1 KiB to --max bytes (x --factor steps, 4); per size, `--rounds` alternations of
 // `--iters` calls of each, the median of the rounds' per-call times printed with each path's
 // bytes received per rank. Checks that both paths agree (within float rounding).
-//   mpirun -np 4 adasum_bench [--max 64M] [--rounds 5] [--iters N]
+//   mpirun -np 4 adasum_bench [--max 64M] [--factor 4] [--rounds 5] [--iters N]
 #include <mpi.h>
 
 #include <algorithm>
@@ -41,12 +41,13 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int64_t max_bytes = 64ll << 20;
-  int rounds = 5, iters_arg = 0;
+  int rounds = 5, iters_arg = 0, factor = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--max") max_bytes = parse_bytes(argv[i + 1]);
     if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
     if (a == "--iters") iters_arg = std::atoi(argv[i + 1]);
+    if (a == "--factor") factor = std::max(2, std::atoi(argv[i + 1]));
   }
   MpiContext ctx;
   Status s = ctx.init(false, 0);
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
     std::printf("%10s %12s %12s %8s %10s %10s\n", "bytes", "gather_us", "vhdd_us", "ratio",
                 "gather_rx", "vhdd_rx");
   }
-  for (int64_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+  for (int64_t bytes = 1024; bytes <= max_bytes; bytes *= factor) {
     const int64_t count = bytes / 4;
     const std::vector<AdasumSegment> segs = {{0, count}};
     std::vector<float> in(static_cast<size_t>(count)), a(in.size()), b(in.size());

@@ -20,7 +20,7 @@ namespace hvd {
 
 /// Adasum buffers up to this size take the gathered path (one collective beats the schedule's
 /// 2 log2(P) + 1 or more there; docs/training.md, "Adasum").
-constexpr int64_t kAdasumGatherMaxBytes = 0;
+constexpr int64_t kAdasumGatherMaxBytes = 32 * 1024;
 
 class CpuTransport : public Transport {
  public:
