@@ -4,8 +4,12 @@
 // than the kernel's level loop, kernels/host/adasum.h, and the distributed schedule).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
+
+#include "horovod_cpp/types.h"
 
 namespace hvdtest {
 
@@ -39,6 +43,22 @@ inline std::vector<double> adasum_ref(std::vector<std::vector<double>> s) {
   while (p * 2 <= s.size()) p *= 2;
   for (size_t j = 0; p + j < s.size(); ++j) s[j] = adasum_combine(s[j], s[p + j]);
   return adasum_pow2_ref(s, 0, p);
+}
+
+/// How far a result element may be from the double reference `want`: every level rounds to
+/// the dtype, so the bound follows its precision (relative to |want|, at least 1).
+inline double adasum_tolerance(hvd::DataType d, double want) {
+  const double scale = std::max(1.0, std::fabs(want));
+  switch (d) {
+    case hvd::DataType::kFloat16:
+      return 4e-3 * scale;
+    case hvd::DataType::kBFloat16:
+      return 3e-2 * scale;
+    case hvd::DataType::kFloat32:
+      return 1e-5 * scale;
+    default:
+      return 1e-12 * scale;
+  }
 }
 
 }  // namespace hvdtest

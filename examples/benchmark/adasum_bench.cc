@@ -84,8 +84,9 @@ int main(int argc, char** argv) {
     auto distributed = [&] {
       (void)vhdd.run(plane, rank, n, b.data(), count, DataType::kFloat32, segs);
     };
-    const int iters = iters_arg > 0 ? iters_arg
-                                    : static_cast<int>(std::max<int64_t>(2, (64ll << 20) / bytes / 8));
+    const int iters = iters_arg > 0
+                          ? iters_arg
+                          : static_cast<int>(std::max<int64_t>(2, (64ll << 20) / bytes / 8));
     std::vector<double> tg, tv;
     for (int r = 0; r < rounds; ++r) {
       for (int which = 0; which < 2; ++which) {
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
     double worst = 0;
     for (int64_t i = 0; i < count; ++i) {
       const double w = a[static_cast<size_t>(i)];
-      worst = std::max(worst, std::fabs(b[static_cast<size_t>(i)] - w) / std::max(1.0, std::fabs(w)));
+      worst =
+          std::max(worst, std::fabs(b[static_cast<size_t>(i)] - w) / std::max(1.0, std::fabs(w)));
     }
     MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, ctx.base_comm());
     // Bytes received by rank 0 (a rank below P that folds one rank in when n > P).

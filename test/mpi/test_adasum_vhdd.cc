@@ -26,16 +26,6 @@ double value(int r, int seed, int64_t i, int zero_rank) {
   return std::sin(0.731 * static_cast<double>(i) + 1.9 * r + 0.37 * seed);
 }
 
-double tolerance(DataType d, double want) {
-  const double scale = std::max(1.0, std::fabs(want));
-  switch (d) {
-    case DataType::kFloat16: return 4e-3 * scale;
-    case DataType::kBFloat16: return 3e-2 * scale;
-    case DataType::kFloat32: return 1e-5 * scale;
-    default: return 1e-12 * scale;
-  }
-}
-
 // The tensors of one case: lengths, inputs as the dtype holds them, references.
 struct Case {
   std::vector<std::unique_ptr<Buffer>> bufs;
@@ -71,7 +61,7 @@ void check_case(const Case& c) {
     int bad = 0;
     for (int64_t i = 0; i < got.n(); ++i) {
       const double w = c.want[k][static_cast<size_t>(i)];
-      if (std::fabs(got.get(i) - w) > tolerance(got.dtype, w) && bad++ < 3) {
+      if (std::fabs(got.get(i) - w) > adasum_tolerance(got.dtype, w) && bad++ < 3) {
         FAIL_CHECK(c.names[k] << "[" << i << "]: got " << got.get(i) << ", expected " << w);
       }
     }
@@ -115,8 +105,7 @@ TEST_CASE("adasum vhdd: single odd-length tensors above the gathered limit", "[a
   }
 }
 
-TEST_CASE("adasum vhdd: fused tensors of 1, 3 and n - 1 elements cut by the pieces",
-          "[adasum]") {
+TEST_CASE("adasum vhdd: fused tensors of 1, 3 and n - 1 elements cut by the pieces", "[adasum]") {
   Session s;
   const int64_t n1 = std::max(1, hvd::size() - 1);
   for (DataType d : kFloats) {

@@ -33,23 +33,26 @@ double input(int r, int64_t i, int zero_rank) {
 // One element of a buffer of `dtype` as double, and back (half types by their bits).
 double get(const std::vector<unsigned char>& b, DataType d, int64_t i) {
   switch (d) {
-    case DataType::kFloat32: return reinterpret_cast<const float*>(b.data())[i];
-    case DataType::kFloat16: return fp16_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
-    default: return reinterpret_cast<const double*>(b.data())[i];
+    case DataType::kFloat32:
+      return reinterpret_cast<const float*>(b.data())[i];
+    case DataType::kFloat16:
+      return fp16_to_float(reinterpret_cast<const uint16_t*>(b.data())[i]);
+    default:
+      return reinterpret_cast<const double*>(b.data())[i];
   }
 }
 void put(std::vector<unsigned char>& b, DataType d, int64_t i, double v) {
   switch (d) {
-    case DataType::kFloat32: reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v); break;
+    case DataType::kFloat32:
+      reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v);
+      break;
     case DataType::kFloat16:
       reinterpret_cast<uint16_t*>(b.data())[i] = float_to_fp16(static_cast<float>(v));
       break;
-    default: reinterpret_cast<double*>(b.data())[i] = v; break;
+    default:
+      reinterpret_cast<double*>(b.data())[i] = v;
+      break;
   }
-}
-
-double tolerance(DataType d) {
-  return d == DataType::kFloat16 ? 4e-3 : d == DataType::kFloat32 ? 2e-6 : 1e-12;
 }
 
 // Runs the schedule on `n` threads over segments of the given lengths and checks the result.
@@ -65,7 +68,8 @@ void check(int n, DataType dtype, const std::vector<int64_t>& lengths, int zero_
   std::vector<std::vector<unsigned char>> bufs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     bufs[static_cast<size_t>(r)].resize(static_cast<size_t>(count * es));
-    for (int64_t i = 0; i < count; ++i) put(bufs[static_cast<size_t>(r)], dtype, i, input(r, i, zero_rank));
+    for (int64_t i = 0; i < count; ++i)
+      put(bufs[static_cast<size_t>(r)], dtype, i, input(r, i, zero_rank));
   }
   // The reference, per segment, from the rounded inputs.
   std::vector<double> want(static_cast<size_t>(count));
@@ -73,11 +77,13 @@ void check(int n, DataType dtype, const std::vector<int64_t>& lengths, int zero_
     std::vector<std::vector<double>> slots(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       for (int64_t i = 0; i < s.count; ++i) {
-        slots[static_cast<size_t>(r)].push_back(get(bufs[static_cast<size_t>(r)], dtype, s.offset / es + i));
+        slots[static_cast<size_t>(r)].push_back(
+            get(bufs[static_cast<size_t>(r)], dtype, s.offset / es + i));
       }
     }
     const std::vector<double> w = adasum_ref(slots);
-    for (int64_t i = 0; i < s.count; ++i) want[static_cast<size_t>(s.offset / es + i)] = w[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < s.count; ++i)
+      want[static_cast<size_t>(s.offset / es + i)] = w[static_cast<size_t>(i)];
   }
   InProcessHub hub(n);
   std::vector<Status> st(static_cast<size_t>(n));
@@ -91,13 +97,13 @@ void check(int n, DataType dtype, const std::vector<int64_t>& lengths, int zero_
     });
   }
   for (auto& t : th) t.join();
-  INFO(n << " ranks, " << dtype_name(dtype) << ", " << lengths.size() << " segments, "
-         << count << " elements, zero vector on rank " << zero_rank);
+  INFO(n << " ranks, " << dtype_name(dtype) << ", " << lengths.size() << " segments, " << count
+         << " elements, zero vector on rank " << zero_rank);
   for (int r = 0; r < n; ++r) REQUIRE(st[static_cast<size_t>(r)].ok());
   int bad = 0;
   for (int64_t i = 0; i < count; ++i) {
     const double w = want[static_cast<size_t>(i)], g = get(bufs[0], dtype, i);
-    if (std::fabs(g - w) > tolerance(dtype) * std::max(1.0, std::fabs(w)) && bad++ < 3) {
+    if (std::fabs(g - w) > hvdtest::adasum_tolerance(dtype, w) && bad++ < 3) {
       FAIL_CHECK("element " << i << ": got " << g << ", expected " << w);
     }
   }
@@ -114,7 +120,7 @@ TEST_CASE("adasum vhdd at 1 to 9 ranks matches the reference on every rank", "[a
   for (int n = 1; n <= 9; ++n) {
     for (DataType d : {DataType::kFloat64, DataType::kFloat32, DataType::kFloat16}) {
       check(n, d, {1000}, -1);
-      check(n, d, {1}, -1);                       // every piece but one empty
+      check(n, d, {1}, -1);  // every piece but one empty
       check(n, d, {3}, -1);
       check(n, d, {std::max<int64_t>(n - 1, 1)}, -1);  // n - 1: one piece empty at P = n
     }

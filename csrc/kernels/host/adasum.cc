@@ -41,8 +41,7 @@ void partials_typed(const void* lower, const void* upper, int64_t n, double sums
 }
 
 template <typename E>
-void blend_typed(void* out, const void* lower, const void* upper, int64_t n, double ca,
-                 double cb) {
+void blend_typed(void* out, const void* lower, const void* upper, int64_t n, double ca, double cb) {
   auto* o = static_cast<typename E::Type*>(out);
   const auto* a = static_cast<const typename E::Type*>(lower);
   const auto* b = static_cast<const typename E::Type*>(upper);
@@ -64,22 +63,41 @@ double adasum_coefficient(double dot, double norm2) {
 void adasum_partials(const void* lower, const void* upper, int64_t count, DataType dtype,
                      double sums[3]) {
   switch (dtype) {
-    case DataType::kFloat32: partials_typed<Elem<float>>(lower, upper, count, sums); break;
-    case DataType::kFloat64: partials_typed<Elem<double>>(lower, upper, count, sums); break;
-    case DataType::kFloat16: partials_typed<Fp16>(lower, upper, count, sums); break;
-    case DataType::kBFloat16: partials_typed<Bf16>(lower, upper, count, sums); break;
-    default: sums[0] = sums[1] = sums[2] = 0.0; break;  // refused at submission
+    case DataType::kFloat32:
+      partials_typed<Elem<float>>(lower, upper, count, sums);
+      break;
+    case DataType::kFloat64:
+      partials_typed<Elem<double>>(lower, upper, count, sums);
+      break;
+    case DataType::kFloat16:
+      partials_typed<Fp16>(lower, upper, count, sums);
+      break;
+    case DataType::kBFloat16:
+      partials_typed<Bf16>(lower, upper, count, sums);
+      break;
+    default:
+      sums[0] = sums[1] = sums[2] = 0.0;
+      break;  // refused at submission
   }
 }
 
 void adasum_blend(void* out, const void* lower, const void* upper, int64_t count, DataType dtype,
                   double c_lower, double c_upper) {
   switch (dtype) {
-    case DataType::kFloat32: blend_typed<Elem<float>>(out, lower, upper, count, c_lower, c_upper); break;
-    case DataType::kFloat64: blend_typed<Elem<double>>(out, lower, upper, count, c_lower, c_upper); break;
-    case DataType::kFloat16: blend_typed<Fp16>(out, lower, upper, count, c_lower, c_upper); break;
-    case DataType::kBFloat16: blend_typed<Bf16>(out, lower, upper, count, c_lower, c_upper); break;
-    default: break;  // refused at submission (core/submission.h)
+    case DataType::kFloat32:
+      blend_typed<Elem<float>>(out, lower, upper, count, c_lower, c_upper);
+      break;
+    case DataType::kFloat64:
+      blend_typed<Elem<double>>(out, lower, upper, count, c_lower, c_upper);
+      break;
+    case DataType::kFloat16:
+      blend_typed<Fp16>(out, lower, upper, count, c_lower, c_upper);
+      break;
+    case DataType::kBFloat16:
+      blend_typed<Bf16>(out, lower, upper, count, c_lower, c_upper);
+      break;
+    default:
+      break;  // refused at submission (core/submission.h)
   }
 }
 

@@ -111,8 +111,8 @@ Status AdasumVhdd::run(DataPlane& plane, int rank, int ranks, void* buf, int64_t
   if (static_cast<int64_t>(gather_.size()) < count * es) {
     gather_.resize(static_cast<size_t>(count * es));
   }
-  HVD_RETURN_IF_ERROR(plane.allgatherv(base + (active ? lo : 0) * es, gather_.data(),
-                                       piece_bytes_));
+  HVD_RETURN_IF_ERROR(
+      plane.allgatherv(base + (active ? lo : 0) * es, gather_.data(), piece_bytes_));
   int64_t at = 0;
   for (int r = 0; r < p; ++r) {
     const int64_t n = piece_bytes_[static_cast<size_t>(r)];
