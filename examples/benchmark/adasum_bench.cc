@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     };
     const int iters = iters_arg > 0
                           ? iters_arg
-                          : static_cast<int>(std::max<int64_t>(2, (64ll << 20) / bytes / 8));
+                          : static_cast<int>(std::clamp<int64_t>((8ll << 20) / bytes, 3, 400));
     std::vector<double> tg, tv;
     for (int r = 0; r < rounds; ++r) {
       for (int which = 0; which < 2; ++which) {
