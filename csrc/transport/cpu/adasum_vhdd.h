@@ -15,7 +15,7 @@
 //      allgatherv gives every rank (the folded ones too) every piece, so all end with the same
 //      bytes.
 // Traffic per rank is about twice the buffer (plus the fold's one buffer for the ranks above
-// P) instead of set size x buffer; memory is one and a half buffers of scratch.
+// P) instead of set size x buffer; scratch is 1.5 buffers (2 on a rank that takes a fold).
 #pragma once
 
 #include <cstdint>
