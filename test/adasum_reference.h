@@ -1,11 +1,15 @@
 // Copyright horovod_cpp authors. The Adasum reference the C++ tests check against
-// (test/unit/test_adasum_kernel.cc, test/mpi/test_adasum.cc): plain double arithmetic, the
-// tree written as a recursion over halves of the slot range (a different shape of the same
-// tree than the kernel's level loop, kernels/host/adasum.h).
+// (test/unit/test_adasum_*.cc, test/mpi/test_adasum*.cc): plain double arithmetic, the tree
+// written as a recursion over halves of the slot range (a different shape of the same order
+// than the kernel's level loop, kernels/host/adasum.h, and the distributed schedule).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
+
+#include "horovod_cpp/types.h"
 
 namespace hvdtest {
 
@@ -24,15 +28,37 @@ inline std::vector<double> adasum_combine(const std::vector<double>& a,
   return out;
 }
 
-/// The tree over slots [lo, lo + n): the first power-of-two block below n combined with the
-/// rest, so slot i meets slot i + d at distance d = 1, 2, 4, ... and an unpaired slot joins at
-/// a later level.
-inline std::vector<double> adasum_tree_ref(const std::vector<std::vector<double>>& s, size_t lo,
+/// The tree over slots [lo, lo + n) for a power-of-two n: the halves' trees combined, so slot
+/// i meets slot i + d at distance d = 1, 2, 4, ...
+inline std::vector<double> adasum_pow2_ref(const std::vector<std::vector<double>>& s, size_t lo,
                                            size_t n) {
   if (n == 1) return s[lo];
-  size_t half = 1;
-  while (half * 2 < n) half *= 2;
-  return adasum_combine(adasum_tree_ref(s, lo, half), adasum_tree_ref(s, lo + half, n - half));
+  return adasum_combine(adasum_pow2_ref(s, lo, n / 2), adasum_pow2_ref(s, lo + n / 2, n / 2));
+}
+
+/// Adasum of every slot in the documented order (docs/training.md, "Adasum"): with P the
+/// largest power of two <= n, slot P + j first folds into slot j, then the tree over P slots.
+inline std::vector<double> adasum_ref(std::vector<std::vector<double>> s) {
+  size_t p = 1;
+  while (p * 2 <= s.size()) p *= 2;
+  for (size_t j = 0; p + j < s.size(); ++j) s[j] = adasum_combine(s[j], s[p + j]);
+  return adasum_pow2_ref(s, 0, p);
+}
+
+/// How far a result element may be from the double reference `want`: every level rounds to
+/// the dtype, so the bound follows its precision (relative to |want|, at least 1).
+inline double adasum_tolerance(hvd::DataType d, double want) {
+  const double scale = std::max(1.0, std::fabs(want));
+  switch (d) {
+    case hvd::DataType::kFloat16:
+      return 4e-3 * scale;
+    case hvd::DataType::kBFloat16:
+      return 3e-2 * scale;
+    case hvd::DataType::kFloat32:
+      return 1e-5 * scale;
+    default:
+      return 1e-12 * scale;
+  }
 }
 
 }  // namespace hvdtest

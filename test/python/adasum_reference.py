@@ -13,12 +13,18 @@ def combine(a, b):
 
 
 def reference(arrays):
-    """The pairwise tree over the ranks' arrays: slot i takes slot i + d for d = 1, 2, 4, ...;
-    a slot with no partner at one level is combined at a later one."""
+    """Adasum of the ranks' arrays in the documented order (docs/training.md, "Adasum"): with
+    P the largest power of two <= n, rank P + j first folds into rank j; then slot i takes
+    slot i + d for d = 1, 2, ..., P / 2."""
     slots = [np.asarray(a, dtype=np.float64).ravel() for a in arrays]
+    p = 1
+    while p * 2 <= len(slots):
+        p *= 2
+    for j in range(len(slots) - p):
+        slots[j] = combine(slots[j], slots[p + j])
     d = 1
-    while d < len(slots):
-        for i in range(0, len(slots) - d, 2 * d):
+    while d < p:
+        for i in range(0, p, 2 * d):
             slots[i] = combine(slots[i], slots[i + d])
         d *= 2
     return slots[0].reshape(np.shape(arrays[0]))

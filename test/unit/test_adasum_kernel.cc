@@ -12,7 +12,7 @@
 
 using namespace hvd;
 
-using hvdtest::adasum_tree_ref;
+using hvdtest::adasum_ref;
 
 TEST_CASE("adasum of two vectors: orthogonal sum, parallel average, zero passes", "[adasum]") {
   std::vector<double> a = {3, 0, 0}, b = {0, -2, 0};
@@ -49,8 +49,7 @@ TEST_CASE("adasum tree at 1 to 9 slots, two segments, matches the reference", "[
     }
     const AdasumSegment segs[2] = {{0, n0}, {(n0 + gap) * 8, n1}};
     adasum_tree(slots.data(), ranks, slot * 8, segs, 2, DataType::kFloat64);
-    const std::vector<double> w0 = adasum_tree_ref(seg0, 0, seg0.size()),
-                              w1 = adasum_tree_ref(seg1, 0, seg1.size());
+    const std::vector<double> w0 = adasum_ref(seg0), w1 = adasum_ref(seg1);
     INFO(ranks << " slots");
     for (int64_t i = 0; i < n0; ++i)
       CHECK(slots[static_cast<size_t>(i)] == Approx(w0[static_cast<size_t>(i)]).epsilon(1e-12));

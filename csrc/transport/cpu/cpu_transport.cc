@@ -89,9 +89,6 @@ Status CpuTransport::adasum_buffer(void* buf, int64_t count, const Batch& b) {
   // apply as they do to Sum.
   scale_buffer(buf, count, b.dtype, spec.prescale);
   if (ranks > 1 && bytes > 0) {
-    adasum_slots_.resize(static_cast<size_t>(bytes) * static_cast<size_t>(ranks));
-    adasum_bytes_.assign(static_cast<size_t>(ranks), bytes);
-    HVD_RETURN_IF_ERROR(plane_->allgatherv(buf, adasum_slots_.data(), adasum_bytes_));
     adasum_segments_.clear();
     if (b.fused()) {  // each tensor is its own vector
       for (size_t k = 0; k < b.tensors.size(); ++k) {
@@ -100,11 +97,26 @@ Status CpuTransport::adasum_buffer(void* buf, int64_t count, const Batch& b) {
     } else {
       adasum_segments_.push_back({0, count});
     }
-    adasum_tree(adasum_slots_.data(), ranks, bytes, adasum_segments_.data(),
-                static_cast<int64_t>(adasum_segments_.size()), b.dtype);
-    std::memcpy(buf, adasum_slots_.data(), static_cast<size_t>(bytes));
+    // The byte count is the same on every rank, so every rank takes the same path.
+    if (bytes <= kAdasumGatherMaxBytes) {
+      HVD_RETURN_IF_ERROR(adasum_gathered(buf, bytes, b.dtype));
+    } else {
+      HVD_RETURN_IF_ERROR(
+          adasum_vhdd_.run(*plane_, layout_.rank, ranks, buf, count, b.dtype, adasum_segments_));
+    }
   }
   finish_reduction(buf, count, b.dtype, spec.scale, spec.divisor);
+  return Status::OK();
+}
+
+Status CpuTransport::adasum_gathered(void* buf, int64_t bytes, DataType dtype) {
+  const int ranks = layout_.size;
+  adasum_slots_.resize(static_cast<size_t>(bytes) * static_cast<size_t>(ranks));
+  adasum_bytes_.assign(static_cast<size_t>(ranks), bytes);
+  HVD_RETURN_IF_ERROR(plane_->allgatherv(buf, adasum_slots_.data(), adasum_bytes_));
+  adasum_tree(adasum_slots_.data(), ranks, bytes, adasum_segments_.data(),
+              static_cast<int64_t>(adasum_segments_.size()), dtype);
+  std::memcpy(buf, adasum_slots_.data(), static_cast<size_t>(bytes));
   return Status::OK();
 }
 

@@ -12,10 +12,15 @@
 #include <vector>
 
 #include "kernels/host/adasum.h"
+#include "transport/cpu/adasum_vhdd.h"
 #include "transport/data_plane.h"
 #include "transport/transport.h"
 
 namespace hvd {
+
+/// Adasum buffers up to this size take the gathered path (one collective beats the schedule's
+/// 2 log2(P) + 1 or more there; docs/training.md, "Adasum").
+constexpr int64_t kAdasumGatherMaxBytes = 32 * 1024;
 
 class CpuTransport : public Transport {
  public:
@@ -31,9 +36,12 @@ class CpuTransport : public Transport {
   /// One unfused collective; its errors name it and the tensor.
   Status run_one(Batch& b, std::vector<TensorResult>* results);
   Status reduce_buffer(void* buf, int64_t count, const Batch& b);
-  /// reduce_buffer() for Adasum: every rank's buffer gathered to every rank, then the same
-  /// pairwise tree (kernels/host/adasum.h) run by each, so that all end with the same bytes.
+  /// reduce_buffer() for Adasum (kernels/host/adasum.h's order of combination): small buffers
+  /// by adasum_gathered(), larger ones by vector-halving distance-doubling (adasum_vhdd.h).
   Status adasum_buffer(void* buf, int64_t count, const Batch& b);
+  /// Every rank's buffer gathered to every rank, then the same tree run by each, so that all
+  /// end with the same bytes: one collective, set size x buffer of traffic and memory.
+  Status adasum_gathered(void* buf, int64_t bytes, DataType dtype);
   Status allreduce_one(Batch& b);
   Status allreduce_fused(Batch& b);
   Status allgather(const Batch& b, TensorResult* out);
@@ -49,6 +57,7 @@ class CpuTransport : public Transport {
   std::vector<unsigned char> adasum_slots_;  // Adasum: every rank's buffer, in rank order
   std::vector<int64_t> adasum_bytes_;        // Adasum: the gather's bytes per rank
   std::vector<AdasumSegment> adasum_segments_;
+  AdasumVhdd adasum_vhdd_;
 };
 
 }  // namespace hvd

@@ -38,7 +38,7 @@ class ShmTransport : public Transport {
   bool accepts(const Batch& b) const override {
     if (!b.device.is_cpu()) return false;
     switch (b.op) {
-      // Adasum needs each rank's whole vector (dot products): CpuTransport gathers them.
+      // Adasum is not an elementwise fold (dot products): CpuTransport runs its schedule.
       case OpType::kAllreduce: return b.bytes >= min_bytes_ && b.reduction.op != ReduceOp::kAdasum;
       // Never fused; present on every rank (a joined rank fails these before a transport).
       case OpType::kReducescatter: return b.bytes >= min_bytes_ && b.tensors.size() == 1;
