@@ -96,10 +96,36 @@ def compile_model(model, optimizer):
 
 
 def patch_keras_for_mwms():
-    """The two runtime patches MWMS's fit needs on Keras 3 (keras#20585, tensorflow#72388):
-    Keras 3 builds its distributed dataset only for the strategies it knows and reads the
-    number of replicas in sync from a tf.distribute attribute that MWMS spells differently."""
-    from keras.src.trainers.data_adapters import data_adapter_utils  # noqa: F401
+    """The runtime patches MWMS's fit needs on Keras 3 (keras#20585; tensorflow#72388).
+    1. fit's symbolic build reduces the first distributed batch with strategy.reduce("MEAN"),
+       which MWMS cannot do on host values: the build takes this worker's own replica.
+    2. each step's logs are reduced over the workers with axis=0, which fails on scalars
+       (the loss): they are averaged over the replicas element by element (axis=None)."""
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    from keras.src import tree
+    build = tf_trainer.TensorFlowTrainer._maybe_symbolic_build
+
+    def local_build(self, iterator=None, data_batch=None):
+        if self._distribute_strategy is not None and iterator is not None:
+            local = self._distribute_strategy.experimental_local_results
+            for _, _, it in iterator:
+                data_batch = tree.map_structure(
+                    lambda x: local(x)[0] if isinstance(x, tf.distribute.DistributedValues)
+                    else x, next(it))
+                break
+            iterator = None
+        return build(self, iterator=iterator, data_batch=data_batch)
+
+    tf_trainer.TensorFlowTrainer._maybe_symbolic_build = local_build
+    reduce_logs = tf_trainer.reduce_per_replica
+
+    def mean_logs(values, strategy, reduction):
+        if reduction in ("auto", "mean") and \
+                tf_trainer._collective_all_reduce_multi_worker(strategy):
+            return tree.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return reduce_logs(values, strategy, reduction)
+
+    tf_trainer.reduce_per_replica = mean_logs
 
 
 def make_fit(kind, which, rank, size, strategy):
@@ -220,7 +246,6 @@ def main():
             "task": {"type": "worker", "index": me}})
         patch_keras_for_mwms()
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    tf.config.threading.set_inter_op_parallelism_threads(2)
 
     failures = 0
     if me == 0:
