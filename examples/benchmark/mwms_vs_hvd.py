@@ -13,8 +13,8 @@ Models (per-worker batch 32, SGD, sparse categorical cross-entropy on fixed rand
   mlp    a 1.2M-parameter MLP in 8 tensors;
   cnn    a 5M-parameter CNN (three convolutions, two dense layers) in 10 tensors;
   small  100 residual Dense+LayerNorm blocks of width 64 (404 small tensors).
-The variants take turns, one fit() of --steps-per-turn steps each, for --turns turns after a
-warm-up fit; a step is timed by a callback (batch begin to batch end), the first step of each
+The variants take turns (each turn starting with the next variant), one fit() of
+--steps-per-turn steps each, for --turns turns after a warm-up fit; a step is timed by a callback (batch begin to batch end), the first step of each
 turn is dropped, and a step's time is the slowest rank's. Printed: each variant's median step,
 each exchange (the median over steps of the step's time minus the floor's step of the same
 turn and position) and the ratio of the two exchanges.
@@ -175,14 +175,17 @@ class StepTimer:
 
 def timed(fits, turns, per_turn, tag):
     """{variant: the slowest rank's time of each step, s}: the variants take turns, one fit of
-    per_turn steps each, so that a change in the machine's load falls on all of them alike."""
+    per_turn steps each (in rotated order), so that a change in the machine's load falls on all
+    of them alike."""
     for fit in fits.values():
         fit(per_turn)
     local = {kind: [] for kind in fits}
-    for _ in range(turns):
-        for kind, fit in fits.items():
+    kinds = list(fits)
+    for turn in range(turns):
+        # Each turn starts with another variant: the first of a turn runs slower here.
+        for kind in kinds[turn % len(kinds):] + kinds[:turn % len(kinds)]:
             timer = StepTimer()
-            fit(per_turn + 1, [timer])
+            fits[kind](per_turn + 1, [timer])
             local[kind].extend(timer.times[1:])  # the first step of a fit() pays its setup
     every = hvd.allgather_object([local[k] for k in fits], name=f"mwms_vs_hvd.times.{tag}")
     slowest = np.max(np.array(every), axis=0)  # [variants, steps]
