@@ -22,9 +22,10 @@ turn and position) and the ratio of the two exchanges.
 MWMS's fit on Keras 3 needs two runtime patches (patch_keras_for_mwms below) which the hvd
 variant does not: horovod_cpp.keras works with Keras 3 unchanged.
 
---smoke runs a few steps of the hvd variant of the mlp and small models and checks that every
-rank's weights are equal to each other, differ from the start, and equal (to float32 rounding)
-the weights of the same model trained here, on one rank, on the batches of every rank at once.
+--smoke runs the hvd variant of the mlp (3 steps) and small (1 step) models and checks that
+every rank's weights are equal to each other, differ from the start, and equal (to float32
+rounding) the weights of the same model trained here, on one rank, on the batches of every rank
+at once.
 """
 
 import argparse
@@ -215,8 +216,7 @@ def smoke(which, rank, size, steps):
         lo = hvd.allreduce(g, op=hvd.Min, name=f"mwms_vs_hvd.min.{which}.{i}")
         hi = hvd.allreduce(g, op=hvd.Max, name=f"mwms_vs_hvd.max.{which}.{i}")
         wrong += int(np.sum(np.asarray(lo) != np.asarray(hi)))
-        # float32 sums in another order: the deep model's large early gradients amplify the
-        # rounding from step to step, so the bound is relative to the tensor's largest update.
+        # float32 sums in another order; the bound is relative to the tensor's largest update.
         far = np.abs(g - want) > 1e-3 * np.max(np.abs(want - w0)) + 1e-6
         if far.any():
             print(f"rank {rank}: {which} weight {i}: {int(far.sum())} of {far.size} values "
@@ -264,7 +264,9 @@ def main():
         if args.smoke:
             if which == "cnn":
                 continue  # the two others cover a few large and many small tensors
-            wrong = smoke(which, me, n, 2)
+            # The deep model's gradients are large (they grow through its 100 blocks): after
+            # one step its float32 rounding is amplified beyond any useful bound, so one step.
+            wrong = smoke(which, me, n, 1 if which == "small" else 3)
             failures += wrong > 0
             if me == 0:
                 print(f"{which}.hvd  {'ok' if wrong == 0 else f'{wrong} wrong'}", flush=True)
