@@ -14,8 +14,9 @@ Models (per-worker batch 32, SGD, sparse categorical cross-entropy on fixed rand
   cnn    a 5M-parameter CNN (three convolutions, two dense layers) in 10 tensors;
   small  100 residual Dense+LayerNorm blocks of width 64 (404 small tensors).
 The variants take turns (each turn starting with the next variant), one fit() of
---steps-per-turn steps each, for --turns turns after a warm-up fit; a step is timed by a callback (batch begin to batch end), the first step of each
-turn is dropped, and a step's time is the slowest rank's. Printed: each variant's median step,
+--steps-per-turn steps each, for --turns turns after a warm-up fit; a step is timed by a
+callback (batch begin to batch end), the first step of each turn is dropped, and a step's time
+is the slowest rank's. Printed: each variant's median step,
 each exchange (the median over steps of the step's time minus the floor's step of the same
 turn and position) and the ratio of the two exchanges.
 
