@@ -184,7 +184,7 @@ def timed(fits, turns, per_turn, tag):
     local = {kind: [] for kind in fits}
     kinds = list(fits)
     for turn in range(turns):
-        # Each turn starts with another variant: the first of a turn runs slower here.
+        # Each turn starts with another variant: no variant always follows the same one.
         for kind in kinds[turn % len(kinds):] + kinds[:turn % len(kinds)]:
             timer = StepTimer()
             fits[kind](per_turn + 1, [timer])
