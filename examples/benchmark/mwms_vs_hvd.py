@@ -4,9 +4,9 @@ against horovod_cpp.keras.DistributedOptimizer, and the same fit with no exchang
     mpirun -np 2 python examples/benchmark/mwms_vs_hvd.py [--models mlp,cnn,small]
     mpirun -np 2 python examples/benchmark/mwms_vs_hvd.py --smoke    # CI: correctness only
 
-An MWMS strategy in a process slows every fit() in it (here a floor step of the mlp took
-3-6x as long as in a process without one), so for figures run the two peers in separate jobs,
-each with its own floor: `--variants floor,hvd` and `--variants floor,mwms`.
+An MWMS strategy in a process slows every fit() in it, the floor's too, so for figures run
+the two peers in separate jobs, each with its own floor: `--variants floor,hvd` and
+`--variants floor,mwms`.
 
 MWMS's workers talk gRPC; its server listens on every interface, so run the figures in a
 network namespace that has only loopback, e.g. `unshare -rn sh -c 'ip link set lo up; mpirun
