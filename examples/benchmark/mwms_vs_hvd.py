@@ -4,8 +4,9 @@ against horovod_cpp.keras.DistributedOptimizer, and the same fit with no exchang
     mpirun -np 2 python examples/benchmark/mwms_vs_hvd.py [--models mlp,cnn,small]
     mpirun -np 2 python examples/benchmark/mwms_vs_hvd.py --smoke    # CI: correctness only
 
-An MWMS strategy in a process slows every fit() in it, the floor's too, so for figures run
-the two peers in separate jobs, each with its own floor: `--variants floor,hvd` and
+With all three variants in one job (an MWMS strategy in the process), the floor's steps came
+out slower than hvd's on a loaded machine, for a reason not found yet; for figures run the two
+peers in separate jobs, each with its own floor: `--variants floor,hvd` and
 `--variants floor,mwms`.
 
 MWMS's workers talk gRPC; its server listens on every interface, so run the figures in a
