@@ -69,16 +69,19 @@ if [ -x "$TF_VENV/bin/python" ]; then
   HOROVOD_CPP_WITH_CUDA=OFF "$TF_VENV/bin/python" -m pip install -q . --config-settings=build-dir=build-py/pip-tf || fail "pip install (TensorFlow venv)"
   PYTHON="$TF_VENV/bin/python" bash test/python/run_mpi_pytests.sh ../tensorflow 2>&1 \
     | tee "$SUMMARY.pytest-tf" || fail "pytest (TensorFlow venv)"
-  # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10).
-  for ex in keras_digits custom_loop_digits tf1_linear_regression; do
-    echo "=== examples/tensorflow/$ex.py under mpirun -np 2 ==="
+  # The examples check themselves (accuracy >= 95%, identical weights, w=2 b=10; the Keras
+  # peer benchmark's smoke: weights equal on every rank and to a one-rank reference).
+  for ex in tensorflow/keras_digits.py tensorflow/custom_loop_digits.py \
+            tensorflow/tf1_linear_regression.py "benchmark/mwms_vs_hvd.py --smoke --models mlp"; do
+    echo "=== examples/$ex under mpirun -np 2 ==="
     log=$(mktemp /tmp/hvd_tf_example.XXXXXX)
     rc=0
+    # shellcheck disable=SC2086  # $ex is a path and its arguments
     timeout --kill-after=30 600 mpirun --oversubscribe --allow-run-as-root -np 2 \
-      -x TF_CPP_MIN_LOG_LEVEL=2 "$TF_VENV/bin/python" "examples/tensorflow/$ex.py" \
+      -x TF_CPP_MIN_LOG_LEVEL=2 "$TF_VENV/bin/python" examples/$ex \
       > "$log" 2>&1 || rc=$?
-    grep -E "held-out|^w = " "$log" || true
-    if [ "$rc" -ne 0 ]; then echo "FAILED: examples/tensorflow/$ex.py"; tail -n 30 "$log"; fail "examples/tensorflow/$ex.py"; fi
+    grep -E "held-out|^w = |\.hvd " "$log" || true
+    if [ "$rc" -ne 0 ]; then echo "FAILED: examples/$ex"; tail -n 30 "$log"; fail "examples/$ex"; fi
   done
 else
   echo "TensorFlow tests skipped: no $TF_VENV (made by scripts/install_tf_env.sh)"

@@ -5,7 +5,7 @@ GradientReducer, which hands a list of gradients to the engine."""
 
 import tensorflow as tf
 
-from .._basics import Average, global_process_set, size
+from .._basics import Adasum, Average, global_process_set, size
 from .._gradients import (GradientEngine, ReduceOptions, check_groups, fold_num_groups,
                           plan_groups)
 from .compression import Compression
@@ -54,6 +54,9 @@ class GradientReducer:
         self.options = ReduceOptions(op=op, gradient_predivide_factor=gradient_predivide_factor,
                                      compression=compression, sparse_as_dense=sparse_as_dense,
                                      groups=groups, process_set=process_set)
+        # Without groups every gradient of a step goes in one grouped allreduce, except with
+        # Adasum, whose result depends on how the tensors are cut (each one is its own vector).
+        self._group_all = op != Adasum
 
     def included(self):
         """Whether this rank belongs to the process set (outside it gradients stay local, as in
@@ -67,7 +70,9 @@ class GradientReducer:
 
     def reduce(self, grads, variables=None):
         """The reduced gradients, in order (variables: needed when groups lists them); on a
-        rank outside the process set, the gradients as they are."""
+        rank outside the process set, the gradients as they are. Without groups (and op not
+        Adasum) the dense ones are reduced by one grouped allreduce, the same values as one
+        allreduce each."""
         out = list(grads)
         if not self.included():
             return out
@@ -76,8 +81,13 @@ class GradientReducer:
         if isinstance(groups, list) and variables is None:
             raise ValueError("groups given as lists of variables need the variables")
         keys = [variables[i] for i in present] if variables is not None else present
-        engine = GradientEngine(TensorFlowGradOps, self.options, len(present),
-                                groups=plan_groups(groups, keys))
+        plan = plan_groups(groups, keys)
+        if plan is None and self._group_all and present:
+            # One grouped op (per dtype) for every dense gradient of the step: one TF kernel
+            # and one negotiated unit instead of one of each per tensor. Sparse gradients are
+            # still gathered on their own (the engine's _start_group does that).
+            plan = [tuple(range(len(present)))]
+        engine = GradientEngine(TensorFlowGradOps, self.options, len(present), groups=plan)
         dense_or_sparse = [out[i] if isinstance(out[i], tf.IndexedSlices)
                            else tf.convert_to_tensor(out[i]) for i in present]
         for i, r in zip(present, engine.reduce(dense_or_sparse)):
