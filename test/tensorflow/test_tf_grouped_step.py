@@ -128,10 +128,14 @@ def test_keras_optimizer_step_grouped_exact(mode):
     vs = [keras.Variable(np.ones(s, np.float32)) for s in shapes]
     opt = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.5))
     opt.build(vs)
-    gs = [tf.constant(rank_data(r, s, np.float32, 70 + i)) for i, s in enumerate(shapes)]
+    grads = [rank_data(r, s, np.float32, 70 + i) for i, s in enumerate(shapes)]
 
     def apply():
-        opt.apply(gs, vs)
+        # Made here, not captured: inside tf.function a captured eager tensor's placeholder
+        # is named by a process-wide counter, which differs across ranks once earlier tests
+        # built different graphs (rank-only code), and an op's default name comes from its
+        # input's name, as in Horovod: the ranks' names would then differ.
+        opt.apply([tf.constant(g) for g in grads], vs)
 
     (apply if mode == "eager" else tf.function(apply))()
     for i, (s, v) in enumerate(zip(shapes, vs)):
