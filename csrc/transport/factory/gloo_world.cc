@@ -1,7 +1,6 @@
 // Copyright horovod_cpp authors.
 #include "transport/factory/gloo_world.h"
 
-#include <gloo/transport/tcp/device.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -191,13 +190,11 @@ Status GlooWorld::init(const InitOptions& options) {
   }
   job_.store = store_.get();
   HVD_RETURN_IF_ERROR(gloo_call(where, "creating the Gloo TCP device", [&] {
-    gloo::transport::tcp::attr attr;
-    if (!config_.iface.empty()) {
-      attr.iface = config_.iface;
-    } else {
-      attr.hostname = is_loopback(config_.rendezvous_addr) ? "127.0.0.1" : store_->local_address();
+    std::string host;  // the address the store sees, unless an interface is named
+    if (config_.iface.empty()) {
+      host = is_loopback(config_.rendezvous_addr) ? "127.0.0.1" : store_->local_address();
     }
-    job_.device = gloo::transport::tcp::CreateDevice(attr);
+    job_.device = make_tcp_device(host, config_.iface);
   }));
   // An assignment's generation is new for every membership. Places from the environment
   // are generation 0 every time: a fixed job whose ranks shut down and init again (in step)

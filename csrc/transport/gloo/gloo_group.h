@@ -39,6 +39,14 @@ struct GlooJob {
   int64_t chunk_bytes = 4ll << 20;
 };
 
+/// A Gloo TCP device bound to `iface` when given, else to `hostname`'s address. Gloo's TCP
+/// pairs write with writev(), which raises SIGPIPE when a peer has gone; at its default
+/// disposition that signal would end this process before Gloo reports the closed connection
+/// (and the job could shrink without it). So the first device sets SIGPIPE to SIG_IGN when it
+/// is still SIG_DFL (Python does so already); a handler the program installed is left alone.
+std::shared_ptr<gloo::transport::Device> make_tcp_device(const std::string& hostname,
+                                                         const std::string& iface);
+
 /// Loopback TCP device (tests, and jobs whose store is local).
 std::shared_ptr<gloo::transport::Device> make_loopback_device();
 

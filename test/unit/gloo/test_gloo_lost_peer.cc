@@ -1,6 +1,11 @@
 // Copyright horovod_cpp authors. A peer lost mid-collective: the survivors get an
 // ErrorCode::kInternal Status within the op timeout, then connect a new group and go on.
 #include <gloo/context.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -59,6 +64,24 @@ void lose_rank_two(const std::string& prefix, bool close_connections) {
 }
 
 }  // namespace
+
+// Gloo's pairs write with writev(): without the library's SIG_IGN, a write to a peer that has
+// gone (a killed elastic worker) ends this process with SIGPIPE instead of failing the op.
+TEST_CASE("gloo lost peer: a Gloo device makes a write to a closed peer EPIPE, not SIGPIPE",
+          "[gloo]") {
+  auto device = make_loopback_device();
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  ::close(fds[1]);
+  char c = 'x';
+  iovec v{&c, 1};
+  errno = 0;
+  const ssize_t n = ::writev(fds[0], &v, 1);
+  const int err = errno;
+  ::close(fds[0]);
+  CHECK(n == -1);
+  CHECK(err == EPIPE);
+}
 
 TEST_CASE("gloo lost peer: closed connections fail the others' allreduce as kInternal", "[gloo]") {
   lose_rank_two("lost_closed", true);
