@@ -38,6 +38,11 @@ def kinds(cmds, kind):
     return [c for c in cmds if isinstance(c, kind)]
 
 
+def acts(cmds):
+    """The commands other than notes to the user."""
+    return [c for c in cmds if not isinstance(c, er.Note)]
+
+
 def start(hosts, rng=None, **kw):
     r = er.Rounds(settings(**kw), rng or random.Random(0))
     return r, r.discovered(hosts, 0.0)
@@ -108,7 +113,11 @@ def test_failure_without_any_ready_survivor_still_ends_in_bounded_time():
     r, _ = start([("a", 1), ("b", 1)], min_np=1, ready_timeout=15.0, elastic_timeout=5.0)
     r.exited("a:0", 1, 0.0)
     assert r.tick(14.0) == []
-    assert r.tick(15.0) == [er.Terminate("b:0")]  # then no worker: the min-np wait
+    cmds = r.tick(15.0)
+    assert acts(cmds) == [er.Terminate("b:0")]  # then no worker: the min-np wait, said once
+    assert kinds(cmds, er.Note) == [er.Note(
+        "0 workers available, fewer than --min-np 1: waiting up to --elastic-timeout 5 s for "
+        "hosts (hosts: a:1 blacklisted, b:1 blacklisted)")]
     assert r.tick(19.9) == []
     fin = kinds(r.tick(20.0), er.Finish)
     assert fin[0].rc == 1 and "only 0 workers available, fewer than --min-np 1" in fin[0].message
@@ -154,7 +163,7 @@ def test_max_np_bounds_growth_and_hosts_updated():
 
 def test_min_np_wait_then_clear_error_naming_the_counts():
     r, cmds = start([("a", 1)], min_np=2, elastic_timeout=30.0)
-    assert cmds == [] and r.tick(29.0) == []
+    assert acts(cmds) == [] and len(kinds(cmds, er.Note)) == 1 and r.tick(29.0) == []
     fin = kinds(r.tick(30.0), er.Finish)
     assert fin and fin[0].rc == 1
     assert fin[0].message == ("only 1 workers available, fewer than --min-np 2, for "
@@ -170,7 +179,7 @@ def test_min_np_wait_ends_when_a_host_comes():
 def test_min_np_after_a_failure_waiting_workers_get_end():
     r, _ = start([("a", 1), ("b", 1)], min_np=2, elastic_timeout=30.0)
     r.exited("b:0", -9, 1.0)
-    assert r.ready("a:0", 3.0) == []  # 1 < min-np: wait (b blacklisted, no cooldown)
+    assert acts(r.ready("a:0", 3.0)) == []  # 1 < min-np: wait (b blacklisted, no cooldown)
     assert r.tick(32.0) == []
     cmds = r.tick(33.0)
     assert keys(cmds) == {"assign/a:0/1": "end,only 1 workers available, fewer than "

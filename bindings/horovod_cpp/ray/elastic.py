@@ -20,6 +20,7 @@ the driver (this process) as under RayExecutor.
 
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 
@@ -264,6 +265,8 @@ class ElasticRayExecutor:
                     ray.kill(actor, no_restart=True)
             elif isinstance(cmd, er.Finish):
                 finish = finish or cmd
+            elif isinstance(cmd, er.Note):
+                print(f"ElasticRayExecutor: {cmd.message}", file=sys.stderr, flush=True)
         return finish
 
     def _start_worker(self, cmd):

@@ -126,6 +126,8 @@ class Driver:
                 self._terminate(cmd.wid, now)
             elif isinstance(cmd, er.Finish):
                 self._finish = cmd
+            elif isinstance(cmd, er.Note):
+                self.log(f"hvdrun: {cmd.message}")
 
     def _reaped(self, wid):
         """Forgets an exited worker once its last output lines are copied."""

@@ -9,6 +9,7 @@ executor) feeds it events and carries out the commands it returns, in order:
     Start(wid, host, slot)    start a new worker (its `assign/<wid>/0` was set just before)
     Terminate(wid)            stop a worker (SIGTERM, then SIGKILL)
     Finish(rc, message)       the job is over with this exit status (message: why, or "")
+    Note(message)             tell the user (e.g. why the job waits)
 
 Events: `discovered(hosts)`, `exited(wid, rc)`, `ready(wid)` (the store holds the key
 `ready_key(wid)`), and `tick()` for the timeouts. The rules are the elastic contract's
@@ -23,6 +24,7 @@ SetKey = namedtuple("SetKey", "key value")
 Start = namedtuple("Start", "wid host slot")
 Terminate = namedtuple("Terminate", "wid")
 Finish = namedtuple("Finish", "rc message")
+Note = namedtuple("Note", "message")
 
 #: Settings of the rounds (seconds for times). max_np None = no bound; cooldown None = a
 #: blacklisted host never comes back (Horovod's default); reset_limit None = no limit.
@@ -267,6 +269,11 @@ class Rounds:
         """Too few workers: wait up to the elastic timeout, then end the job."""
         if self._short_since is None:
             self._short_since = now
+            # Said once per wait: with every host blacklisted (all workers failed, e.g. the
+            # program itself is broken) only new hosts from discovery can end the wait early.
+            return [Note(f"{have} workers available, fewer than --min-np {self.s.min_np}: "
+                         f"waiting up to --elastic-timeout {self.s.elastic_timeout:g} s for "
+                         f"hosts (hosts: {self._describe_hosts(now)})")]
         if now - self._short_since < self.s.elastic_timeout:
             return []
         return self._end(1, f"only {have} workers available, fewer than --min-np "
