@@ -163,7 +163,9 @@ CUDA = pytest.mark.skipif(not (torch.cuda.is_available() and hvd.nccl_built()),
 
 def _cuda_device():
     # One GPU per rank by local rank, as test_torch_cuda.py (the library picks the same one).
-    return torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
 
 
 @CUDA
