@@ -39,8 +39,8 @@ enum class ReduceOp : uint8_t {
   kProduct = 4,
   /// Adaptive summation (Maleki et al., MLSys 2021): pairs of ranks' vectors combined as
   /// (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b in a binary tree over the set's ranks (any
-  /// count), each tensor of a fused batch separately. Floating types on CPU tensors only;
-  /// docs/training.md, "Adasum".
+  /// count), each tensor of a fused batch separately. Floating types, on CPU tensors and on
+  /// CUDA tensors (combined on the host); docs/training.md, "Adasum".
   kAdasum = 5,
 };
 

@@ -6,8 +6,10 @@
 #   build     device_build.sh (NCCL 2.30.7 from source unless build-gpukit/nccl exists)
 #   cpp       the C++ GPU tests (test/gpu) at np $NPS, ranks sharing cuda:0
 #   torchcpp  the LibTorch CUDA tests (test/torch/test_torch_cuda.cc) at np $NPS
-#   py        horovod_cpp.torch on CUDA tensors (test/python/test_torch_cuda.py) at np $NPS
-#   examples  the digits job on GPUs, C++ (LibTorch) and Python, np 1 and 2
+#   py        horovod_cpp.torch on CUDA tensors (test/python/test_torch_cuda.py and the CUDA
+#             Adasum cases of test_adasum.py) at np $NPS
+#   examples  the digits job on GPUs, C++ (LibTorch) and Python, np 1 and 2 (Python with
+#             --adasum too at np 2)
 #   hang      test/gpu/no_hang_cases.py: misconfigurations end with an error on every rank
 #   bench     hvd_bench --gpu against raw NCCL (np 1 timings; $BENCH_ARGS)
 # STAGES (default: all of the above, in that order) picks some. summary.txt has one line each.
@@ -76,7 +78,8 @@ fi
 if has py; then
   for np in $NPS; do
     timeout -k 10 300 "${MPI[@]}" "${PYSHARE[@]}" -np "$np" \
-      bash -c 'cd test/python && exec python3 -m pytest -p no:cacheprovider -q -x test_torch_cuda.py' \
+      bash -c 'cd test/python && exec python3 -m pytest -p no:cacheprovider -q -x test_torch_cuda.py \
+               test_adasum.py::test_torch_cuda_allreduce test_adasum.py::test_torch_cuda_grouped_is_per_tensor' \
       > "$OUT/py_np$np.txt" 2>&1
     verdict "py np $np" $?
     grep -aE "passed|failed|error" "$OUT/py_np$np.txt" | tail -"$np" | tee -a "$SUMMARY"
@@ -97,6 +100,12 @@ if has examples; then
     verdict "example Python --cuda np $np" $?
     tail -2 "$OUT/example_py_np$np.txt" | tee -a "$SUMMARY"
     ls -la "/tmp/digits_py_np$np.pt" >> "$OUT/example_py_np$np.txt" 2>&1
+    if [ "$np" -gt 1 ]; then  # Adasum of CUDA gradients (host-staged), default 20 epochs
+      timeout -k 10 240 "${MPI[@]}" "${PYSHARE[@]}" -np "$np" python3 examples/python/train_digits.py \
+        --cuda --adasum --min-accuracy 0.95 > "$OUT/example_py_adasum_np$np.txt" 2>&1
+      verdict "example Python --cuda --adasum np $np" $?
+      tail -2 "$OUT/example_py_adasum_np$np.txt" | tee -a "$SUMMARY"
+    fi
   done
 fi
 

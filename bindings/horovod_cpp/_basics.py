@@ -40,7 +40,8 @@ Average = _C.Average
 Min = _C.Min
 Max = _C.Max
 Product = _C.Product
-#: Adaptive summation (docs/training.md, "Adasum"): floating-point CPU tensors, any rank count.
+#: Adaptive summation (docs/training.md, "Adasum"): floating-point CPU and CUDA tensors (CUDA:
+#: host-staged), any rank count.
 Adasum = _C.Adasum
 
 _OPS = {Sum, Average, Min, Max, Product, Adasum}

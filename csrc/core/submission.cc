@@ -50,11 +50,6 @@ void refuse_reduction(const TensorSubmit& q, ReduceOp op) {
                                "bfloat16, float32, float64), not " +
                                dtype_name(dtype));
   }
-  if (op == ReduceOp::kAdasum) {  // the only other refusal of Adasum
-    throw InvalidArgumentError(describe(q) +
-                               ": op adasum runs on CPU tensors only; this one is on " +
-                               q.input->device.str() + " (copy it to the host first)");
-  }
   throw InvalidArgumentError(describe(q) +
                              ": prescale_factor/postscale_factor need a "
                              "floating-point tensor" +

@@ -51,7 +51,7 @@ inline void set_reduction(TensorSubmit& q, ReduceOp op, double pre, double post)
   q.postscale = post;
   const DataType dtype = q.input->dtype;
   if ((dtype == DataType::kBool && op == ReduceOp::kAverage) ||
-      (op == ReduceOp::kAdasum && (!is_floating_point(dtype) || q.input->device.is_cuda())) ||
+      (op == ReduceOp::kAdasum && !is_floating_point(dtype)) ||
       scaling_unsupported(dtype, q.input->device, pre, post)) {
     refuse_reduction(q, op);
   }

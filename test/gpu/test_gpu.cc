@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "test_util.h"
+#include "gpu_test_util.h"
 
 using hvd::DataType;
 using hvd::ReduceOp;
@@ -65,59 +65,6 @@ struct GpuSkipListener : Catch::TestEventListenerBase {
 CATCH_REGISTER_LISTENER(GpuSkipListener)
 
 // ---- helpers -----------------------------------------------------------------------------------
-
-#define CUDA_OK(call)                                                                   \
-  do {                                                                                  \
-    cudaError_t _e = (call);                                                            \
-    if (_e != cudaSuccess) FAIL(#call << " failed: " << cudaGetErrorString(_e));        \
-  } while (0)
-
-/// The device the library uses for this rank (common/config.h): HOROVOD_CPP_CUDA_DEVICE,
-/// else the local rank, modulo the device count when ranks share GPUs.
-int my_device() {
-  if (const char* d = std::getenv("HOROVOD_CPP_CUDA_DEVICE")) return std::atoi(d);
-  int count = 1;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) count = 1;
-  const char* shared = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
-  if (shared != nullptr && std::string(shared) == "1") return hvd::local_rank() % count;
-  return hvd::local_rank();
-}
-
-/// A device copy of a host Buffer (test_util.h), freed at scope exit.
-struct DeviceBuffer {
-  Buffer host;
-  void* ptr = nullptr;
-  explicit DeviceBuffer(const Buffer& b) : host(b) {
-    CUDA_OK(cudaSetDevice(my_device()));
-    if (!host.bytes.empty()) {
-      CUDA_OK(cudaMalloc(&ptr, host.bytes.size()));
-      CUDA_OK(cudaMemcpy(ptr, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice));
-    }
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  hvd::TensorView view(void* stream = nullptr) {
-    hvd::TensorView v(ptr, host.dtype, host.shape, hvd::Device::cuda(my_device()));
-    v.stream = stream;
-    return v;
-  }
-  /// The device contents, as a host Buffer.
-  Buffer download() {
-    Buffer b(host.dtype, host.shape);
-    if (!b.bytes.empty()) CUDA_OK(cudaMemcpy(b.bytes.data(), ptr, b.bytes.size(), cudaMemcpyDeviceToHost));
-    return b;
-  }
-};
-
-Buffer download(const hvd::Tensor& t) {
-  REQUIRE(t.device().is_cuda());
-  Buffer b(t.dtype(), t.shape());
-  if (!b.bytes.empty()) CUDA_OK(cudaMemcpy(b.bytes.data(), t.data(), b.bytes.size(), cudaMemcpyDeviceToHost));
-  return b;
-}
 
 double value(int r, int64_t i, DataType d, ReduceOp op) {
   if (d == DataType::kBool) return ((i + r) % 3) == 0 ? 1 : 0;

@@ -38,7 +38,7 @@ ncclRedOp_t nccl_op(DataType d, ReduceOp op, bool avg_ok) {
     case ReduceOp::kMin: return ncclMin;
     case ReduceOp::kMax: return ncclMax;
     case ReduceOp::kProduct: return ncclProd;
-    case ReduceOp::kAdasum: break;  // refused for CUDA tensors at submission
+    case ReduceOp::kAdasum: break;  // never NCCL's: combined on the host (nccl_adasum.cc)
   }
   return ncclSum;
 }
@@ -79,6 +79,7 @@ Status NcclTransport::reduce_in_place(void* buf, int64_t count, const Batch& b, 
 }
 
 Status NcclTransport::allreduce(const Batch& batch, const std::string& c) {
+  if (batch.reduction.op == ReduceOp::kAdasum) return adasum_allreduce(batch, c);
   const std::vector<BatchTensor>& ts = batch.tensors;
   const ReductionSpec& spec = batch.reduction;
   const size_t esize = dtype_size(batch.dtype);

@@ -39,7 +39,7 @@ Status NcclTransport::setup(const std::string& c) {
   if (!stream_) {
     HVD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), ctx(c));
     HVD_CUDA_CHECK(cudaEventCreateWithFlags(&producer_ev_, cudaEventDisableTiming), ctx(c));
-    HVD_CUDA_CHECK(cudaEventCreateWithFlags(&hier_ev_, cudaEventDisableTiming), ctx(c));
+    HVD_CUDA_CHECK(cudaEventCreateWithFlags(&host_ev_, cudaEventDisableTiming), ctx(c));
   }
   if (!agreed_) {
     HVD_RETURN_IF_ERROR(check_agreement(c));

@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors. Hierarchical allreduce on CUDA tensors (see nccl_internal.h):
 // NCCL within each host, the set's Bootstrap data plane (MPI) across hosts
-// (HOROVOD_HIERARCHICAL_ALLREDUCE).
+// (HOROVOD_HIERARCHICAL_ALLREDUCE); and the staging through pinned host memory that it shares
+// with Adasum (nccl_adasum.cc).
 #include <algorithm>
 
 #include "transport/nccl/nccl_internal.h"
@@ -63,42 +64,9 @@ Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Bat
                    local.comm, ctx(c));
     return Status::OK();
   }));
-  if (host_cap_ < shard_bytes) {
-    if (host_buf_) {
-      HVD_CUDA_CHECK(cudaStreamSynchronize(stream_), ctx(c));
-      HVD_CUDA_CHECK(cudaFreeHost(host_buf_), ctx(c));
-      host_buf_ = nullptr;
-      host_cap_ = 0;
-    }
-    HVD_CUDA_CHECK(cudaMallocHost(&host_buf_, shard_bytes), ctx(c));
-    host_cap_ = shard_bytes;
-  }
+  HVD_RETURN_IF_ERROR(ensure_host(shard_bytes, c));
   HVD_CUDA_CHECK(cudaMemcpyAsync(host_buf_, mine, shard_bytes, cudaMemcpyDeviceToHost, stream_), ctx(c));
-  HVD_CUDA_CHECK(cudaEventRecord(hier_ev_, stream_), ctx(c));
-  // Wait for the shard, watching the local communicator (a peer's failure must not hang us).
-  const auto start = Clock::now();
-  while (true) {
-    const cudaError_t q = cudaEventQuery(hier_ev_);
-    if (q == cudaSuccess) break;
-    if (q != cudaErrorNotReady) {
-      HVD_CUDA_CHECK(q, ctx(c) + " (hierarchical: waiting for the reduce-scatter)");
-    }
-    {
-      std::lock_guard<std::mutex> lk(local.mu);
-      Status s = settle(local, c + " (hierarchical: reduce-scatter within the host)");
-      if (!s.ok()) return s;
-    }
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    if (o_.config.nccl_timeout_seconds > 0 && waited > o_.config.nccl_timeout_seconds) {
-      const std::string why = ctx(c) + ": the reduce-scatter within the host did not finish within " +
-                              std::to_string(static_cast<long long>(o_.config.nccl_timeout_seconds)) +
-                              " s (HOROVOD_CPP_NCCL_TIMEOUT_SECONDS)";
-      std::lock_guard<std::mutex> lk(local.mu);
-      abort_locked(local, why);
-      return Status::Backend(why);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
-  }
+  HVD_RETURN_IF_ERROR(wait_for_stream(&local, c, "the reduce-scatter within the host"));
   // Across hosts: the data plane reduces half types itself (MPI: its own operators); Average
   // travels as Sum (the caller's post-scale divides).
   const ReduceOp cross_op = spec.op == ReduceOp::kAverage ? ReduceOp::kSum : spec.op;
@@ -114,6 +82,49 @@ Status NcclTransport::hierarchical_allreduce(void* buf, int64_t count, const Bat
     HVD_KERNEL_CHECK(cuda::divide_integers(buf, count, b.dtype, spec.divisor, stream_), ctx(c));
   }
   return Status::OK();
+}
+
+Status NcclTransport::ensure_host(size_t bytes, const std::string& c) {
+  if (host_cap_ >= bytes) return Status::OK();
+  if (host_buf_) {
+    HVD_CUDA_CHECK(cudaStreamSynchronize(stream_), ctx(c));
+    HVD_CUDA_CHECK(cudaFreeHost(host_buf_), ctx(c));
+    host_buf_ = nullptr;
+    host_cap_ = 0;
+  }
+  HVD_CUDA_CHECK(cudaMallocHost(&host_buf_, bytes), ctx(c) + ", " + std::to_string(bytes) + " pinned bytes");
+  host_cap_ = bytes;
+  return Status::OK();
+}
+
+// Polls an event rather than synchronizing the stream: a synchronize cannot be bounded, and
+// the work before the event may wait on a peer that has failed.
+Status NcclTransport::wait_for_stream(Comm* watch, const std::string& c, const std::string& step) {
+  HVD_CUDA_CHECK(cudaEventRecord(host_ev_, stream_), ctx(c));
+  const std::string what = c + " (" + step + ")";
+  const auto start = Clock::now();
+  while (true) {
+    const cudaError_t q = cudaEventQuery(host_ev_);
+    if (q == cudaSuccess) return Status::OK();
+    if (q != cudaErrorNotReady) HVD_CUDA_CHECK(q, ctx(what));
+    if (watch) {
+      std::lock_guard<std::mutex> lk(watch->mu);
+      Status s = settle(*watch, what);
+      if (!s.ok()) return s;
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    if (o_.config.nccl_timeout_seconds > 0 && waited > o_.config.nccl_timeout_seconds) {
+      const std::string why = ctx(c) + ": " + step + " did not finish within " +
+                              std::to_string(static_cast<long long>(o_.config.nccl_timeout_seconds)) +
+                              " s (HOROVOD_CPP_NCCL_TIMEOUT_SECONDS)";
+      if (watch) {
+        std::lock_guard<std::mutex> lk(watch->mu);
+        abort_locked(*watch, why);
+      }
+      return Status::Backend(why);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 

@@ -3,7 +3,9 @@
 //   nccl_comms.cc         the communicator cache: creation, agreement checks, settle, abort
 //   nccl_collectives.cc   allreduce (flat, fused), allgather, broadcast, alltoall, reducescatter
 //   nccl_hierarchical.cc  allreduce within hosts over NCCL and across hosts over the
-//                         set's Bootstrap data plane (MPI)
+//                         set's Bootstrap data plane (MPI); the staging of device bytes
+//                         through pinned host memory (ensure_host, wait_for_stream)
+//   nccl_adasum.cc        Adasum: staged to the host and combined there by a CpuTransport
 //
 // Threads. The process set's background thread calls run(): it issues CUDA and NCCL calls on
 // this transport's stream and hands a Pending (an event plus the batch's done callback) to the
@@ -144,6 +146,18 @@ class NcclTransport : public Transport {
                          const void* src = nullptr);
   Status setup_hierarchical(const std::string& c);
   Status hierarchical_allreduce(void* buf, int64_t count, const Batch& b, const std::string& c);
+  // Grows the pinned host buffer to `bytes` (the stream is synchronized before the old one is
+  // freed: enqueued copies may still use it).
+  Status ensure_host(size_t bytes, const std::string& c);
+  // Blocks this thread until the work enqueued on the stream so far has finished, so that the
+  // host may read what it copied to pinned memory. `watch` (may be null) is a communicator
+  // with work of this batch on the stream: it is settled while waiting (a peer's failure or
+  // the timeout aborts it instead of hanging here). `step` names the wait in messages.
+  Status wait_for_stream(Comm* watch, const std::string& c, const std::string& step);
+  // Adasum (nccl_adasum.cc): the batch is copied to pinned host memory, combined there by
+  // host_adasum_ exactly as a batch of CPU tensors is, and copied back on the stream. A
+  // failure before the host exchange is fatal (report_fatal): the peers wait in it.
+  Status adasum_allreduce(const Batch& b, const std::string& c);
   Status allgather(const Batch& b, TensorResult* out, const std::string& c);
   Status broadcast(const Batch& b, const std::string& c);
   Status alltoall(const Batch& b, TensorResult* out, const std::string& c);
@@ -162,7 +176,7 @@ class NcclTransport : public Transport {
   int device_ = -1;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t producer_ev_ = nullptr;
-  cudaEvent_t hier_ev_ = nullptr;
+  cudaEvent_t host_ev_ = nullptr;  // recorded when the host waits for the stream
   bool agreed_ = false;
   std::shared_ptr<Comm> comm_;  // the set's communicator on device_ (one device per rank)
   std::map<int, std::shared_ptr<Comm>> comms_;  // device -> communicator
@@ -173,8 +187,12 @@ class NcclTransport : public Transport {
   int local_rank_ = 0, local_size_ = 1, cross_size_ = 1;
   std::shared_ptr<Comm> local_comm_;
   std::unique_ptr<DataPlane> cross_plane_;  // over cross_group_ (reset before it)
-  void* host_buf_ = nullptr;  // pinned
+  void* host_buf_ = nullptr;  // pinned: the hierarchical shard, or an Adasum batch
   size_t host_cap_ = 0;
+  // Adasum: a CpuTransport over the set's Bootstrap data plane, made on first use, and the
+  // host batch it is given (kept: its vectors are reused from batch to batch).
+  std::unique_ptr<Transport> host_adasum_;
+  Batch host_batch_;
   void* fusion_ = nullptr;  // device fusion buffer
   size_t fusion_cap_ = 0;
   cudaMemPool_t pool_ = nullptr;  // outputs without an installed allocator; never destroyed

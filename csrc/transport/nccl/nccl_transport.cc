@@ -319,7 +319,7 @@ NcclTransport::~NcclTransport() {
   if (scratch_) (void)cudaFree(scratch_);
   if (host_buf_) (void)cudaFreeHost(host_buf_);
   if (producer_ev_) (void)cudaEventDestroy(producer_ev_);
-  if (hier_ev_) (void)cudaEventDestroy(hier_ev_);
+  if (host_ev_) (void)cudaEventDestroy(host_ev_);
   if (stream_) (void)cudaStreamDestroy(stream_);
   (void)cudaGetLastError();
   cross_plane_.reset();  // before the group it runs over
