@@ -92,7 +92,9 @@ def test_torch_grouped(rank, size):
 
 def test_distributed_optimizer_reduces_gradients_by_adasum(rank, size):
     """One step of SGD(lr=1) with op=Adasum: the weights move by the Adasum of the ranks'
-    gradients, each parameter its own vector, never divided by the size."""
+    gradients, each parameter its own vector, never divided by the size. (The optimizer
+    combines the local steps' deltas, -g here: for plain SGD the same; the stateful cases are
+    test_torch_adasum_optimizer.py's.)"""
     def model():
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2)).double()
