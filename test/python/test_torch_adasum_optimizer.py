@@ -3,9 +3,6 @@ the expected parameters itself: each rank's replica (seeded with that rank's dat
 local step of its own optimizer from the common parameters, and the common parameters move by
 the NumPy Adasum reference of the replicas' update deltas; every element is checked."""
 
-import gzip
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -14,8 +11,6 @@ import torch.nn.functional as F
 
 import horovod_cpp.torch as hvd
 from adasum_reference import assert_close, reference
-
-DIGITS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "data", "digits.csv.gz")
 
 OPTIMIZERS = {
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1),
@@ -182,37 +177,3 @@ def test_refusals_and_misuse(rank, size):
     assert all(not torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)
                if p.grad is not None and p.grad.abs().sum() > 0)
 
-
-def test_digits_training_with_adam(rank, size):
-    """The digits MLP trained with DistributedOptimizer(Adam, op=Adasum) at the single-worker
-    learning rate (no scaling by size) reaches >= 95% held-out accuracy, with identical
-    weights on every rank."""
-    with gzip.open(DIGITS, "rt") as f:
-        rows = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    x, y = torch.from_numpy(rows[:, :64] / 16.0), torch.from_numpy(rows[:, 64].astype(np.int64))
-    perm = np.random.default_rng(0).permutation(len(y))
-    n_test = len(y) // 5
-    test_idx, train_idx = perm[:n_test], perm[n_test:]
-    mine = train_idx[rank::size]
-    torch.manual_seed(99)
-    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = hvd.DistributedOptimizer(torch.optim.Adam(net.parameters(), lr=3e-3),
-                                   named_parameters=net.named_parameters(), op=hvd.Adasum)
-    batch_size = 32
-    steps = int(hvd.allreduce(torch.tensor(len(mine) // batch_size), op=hvd.Min,
-                              name="ada_opt.steps").item())
-    xs, ys = x[mine], y[mine]
-    for epoch in range(8):
-        order = torch.randperm(len(mine), generator=torch.Generator().manual_seed(epoch))
-        for s in range(steps):
-            idx = order[s * batch_size:(s + 1) * batch_size]
-            opt.zero_grad()
-            F.cross_entropy(net(xs[idx]), ys[idx]).backward()
-            opt.step()
-    with torch.no_grad():
-        acc = (net(x[test_idx]).argmax(1) == y[test_idx]).float().mean().item()
-    flat = torch.cat([p.detach().flatten() for p in net.parameters()])
-    spread = (hvd.allreduce(flat, op=hvd.Max, name="ada_opt.wmax") -
-              hvd.allreduce(flat, op=hvd.Min, name="ada_opt.wmin")).abs().max().item()
-    assert spread == 0
-    assert acc >= 0.95, f"held-out accuracy {acc:.4f} with Adam and Adasum"
