@@ -93,10 +93,11 @@ def run(rank, kind, steps, passes, sparse=False, **kwargs):
         before = [p.detach().clone() for p in model.parameters()]
         for micro in range(passes):
             backward(model, rank, step, micro)
-        # The local steps have run in the hooks; the parameters keep their values until step().
-        for p, b in zip(model.parameters(), before):
-            assert torch.equal(p.detach(), b)
+        # The local steps have run in the hooks; the parameters keep their values until step()
+        # (checked after it, so that a failure leaves no reduction pending for the next test).
+        kept = all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before))
         opt.step()
+        assert kept, "a parameter changed between backward() and step()"
     return model, opt
 
 
@@ -140,10 +141,14 @@ def test_fp16_compression(rank, size):
     for r in range(size):
         m = Net()
         backward(m, r, 0, 0)
-        deltas.append([(-0.1 * p.grad).half().double().numpy() for p in m.parameters()])
+        deltas.append([np.zeros(p.shape) if p.grad is None else
+                       (-0.1 * p.grad).half().double().numpy() for p in m.parameters()])
     for k, (p, c) in enumerate(zip(model.parameters(), common)):
         want = c.numpy() + reference([d[k] for d in deltas])
         assert_close(p.detach().numpy(), want, 4e-3 * 0.1)
+        # What was added is a float16 value (a float64 result would be off that grid).
+        applied = p.detach() - c
+        torch.testing.assert_close(applied, applied.half().double(), rtol=0, atol=1e-12)
 
 
 def test_refusals_and_misuse(rank, size):
