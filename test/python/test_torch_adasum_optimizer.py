@@ -182,3 +182,25 @@ def test_refusals_and_misuse(rank, size):
     assert all(not torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)
                if p.grad is not None and p.grad.abs().sum() > 0)
 
+
+
+def test_broadcast_optimizer_state(rank, size):
+    """broadcast_optimizer_state on the Adasum optimizer: the fresh state is created by a step
+    of the wrapped optimizer (no reduction), the parameters are left as they were, root's
+    options and state reach every rank, and training goes on."""
+    model = Net()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(rank)
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01 * (rank + 1)),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    before = [p.detach().clone() for p in model.parameters()]
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert all(torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before))
+    assert opt.param_groups[0]["lr"] == 0.01
+    assert len(opt.state) == len(before)
+    opt.zero_grad()
+    backward(model, rank, 0, 0)
+    opt.step()
+    assert all(not torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)
+               if p.grad is not None and p.grad.abs().sum() > 0)
