@@ -20,7 +20,8 @@ from .._gradients import (GradientEngine, ReduceOptions, check_groups, check_red
                           checked_names, fold_num_groups, plan_groups)
 from ._buckets import Buckets, resolve_cap_mb, use_buckets
 from ._grad_ops import TorchGradOps
-from .adasum_optimizer import make_adasum_optimizer
+# _DistributedAdasumOptimizer is also reachable here, where Horovod defines it.
+from .adasum_optimizer import _DistributedAdasumOptimizer, make_adasum_optimizer  # noqa: F401
 from .compression import Compression
 from .semisync import make_semisync_optimizer
 
