@@ -92,7 +92,9 @@ def test_torch_grouped(rank, size):
 
 def test_distributed_optimizer_reduces_gradients_by_adasum(rank, size):
     """One step of SGD(lr=1) with op=Adasum: the weights move by the Adasum of the ranks'
-    gradients, each parameter its own vector, never divided by the size."""
+    gradients, each parameter its own vector, never divided by the size. (The optimizer
+    combines the local steps' deltas, -g here: for plain SGD the same; the stateful cases are
+    test_torch_adasum_optimizer.py's.)"""
     def model():
         torch.manual_seed(0)
         return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2)).double()
@@ -121,10 +123,12 @@ def test_distributed_optimizer_reduces_gradients_by_adasum(rank, size):
         assert_close(p.detach().numpy(), want, 1e-12)
 
 
-def test_digits_training_with_adasum(rank, size):
+@pytest.mark.parametrize("kind", ["momentum", "adam"])
+def test_digits_training_with_adasum(rank, size, kind):
     """The digits MLP trained with DistributedOptimizer(op=Adasum) at the single-worker
     learning rate (Horovod's advice for Adasum on CPU: no scaling by size) reaches >= 95%
-    held-out accuracy, with identical weights on every rank."""
+    held-out accuracy, with identical weights on every rank; with SGD + momentum and with
+    Adam (stateful: each rank's local step is combined, test_torch_adasum_optimizer.py)."""
     with gzip.open(DIGITS, "rt") as f:
         rows = np.loadtxt(f, delimiter=",", dtype=np.float32)
     x, y = torch.from_numpy(rows[:, :64] / 16.0), torch.from_numpy(rows[:, 64].astype(np.int64))
@@ -134,8 +138,10 @@ def test_digits_training_with_adasum(rank, size):
     mine = train_idx[rank::size]
     torch.manual_seed(1234 + rank)
     net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = htorch.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
-                                      named_parameters=net.named_parameters(), op=htorch.Adasum)
+    local = (torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9) if kind == "momentum"
+             else torch.optim.Adam(net.parameters(), lr=3e-3))
+    opt = htorch.DistributedOptimizer(local, named_parameters=net.named_parameters(),
+                                      op=htorch.Adasum)
     htorch.broadcast_parameters(net.state_dict(), root_rank=0)
     batch = 32
     steps = int(htorch.allreduce(torch.tensor(len(mine) // batch), op=htorch.Min,
@@ -154,7 +160,7 @@ def test_digits_training_with_adasum(rank, size):
     spread = (htorch.allreduce(flat, op=htorch.Max, name="ada.wmax") -
               htorch.allreduce(flat, op=htorch.Min, name="ada.wmin")).abs().max().item()
     assert spread == 0
-    assert acc >= 0.95, f"held-out accuracy {acc:.4f} with Adasum"
+    assert acc >= 0.95, f"held-out accuracy {acc:.4f} with Adasum and {kind}"
 
 
 CUDA = pytest.mark.skipif(not (torch.cuda.is_available() and hvd.nccl_built()),

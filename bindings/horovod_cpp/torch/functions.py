@@ -37,9 +37,11 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 
 def _step_without_allreduce(optimizer):
+    from .adasum_optimizer import _DistributedAdasumOptimizer
     from .optimizer import _DistributedOptimizer
     from .semisync import _SemiSyncOptimizer
-    if isinstance(optimizer, (_DistributedOptimizer, _SemiSyncOptimizer)):
+    if isinstance(optimizer, (_DistributedOptimizer, _DistributedAdasumOptimizer,
+                              _SemiSyncOptimizer)):
         optimizer._hvd_base_class.step(optimizer)
     else:
         optimizer.step()

@@ -3,9 +3,10 @@
 A hook on each parameter's gradient accumulator counts its gradient; with the default options
 the parameters are cut once into buckets (_buckets.py) and a bucket's grouped allreduce starts
 when its last gradient is computed, so communication overlaps the rest of the backward pass;
-otherwise (groups, compression, Adasum, bucket_cap_mb=0) each gradient's allreduce starts as
-soon as it is computed. step() (or synchronize()) waits for them, then runs the wrapped
-optimizer.
+otherwise (groups, compression, bucket_cap_mb=0) each gradient's allreduce starts as soon as
+it is computed. step() (or synchronize()) waits for them, then runs the wrapped optimizer.
+op=Adasum (on more than one rank) returns Horovod's delta-based Adasum optimizer instead
+(adasum_optimizer.py).
 """
 
 import contextlib
@@ -14,11 +15,13 @@ import warnings
 
 import torch
 
-from .._basics import Average, _set_id, global_process_set, size
+from .._basics import Adasum, Average, _set_id, global_process_set, size
 from .._gradients import (GradientEngine, ReduceOptions, check_groups, check_reduce_options,
                           checked_names, fold_num_groups, plan_groups)
 from ._buckets import Buckets, resolve_cap_mb, use_buckets
 from ._grad_ops import TorchGradOps
+# _DistributedAdasumOptimizer is also reachable here, where Horovod defines it.
+from .adasum_optimizer import _DistributedAdasumOptimizer, make_adasum_optimizer  # noqa: F401
 from .compression import Compression
 from .semisync import make_semisync_optimizer
 
@@ -210,6 +213,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     optimizer reduces its gradients in buckets of up to this many MiB (the first one 1 MiB),
     cut once in reverse parameter order, each one grouped allreduce started when its last
     gradient is computed; 0 starts one allreduce per gradient instead.
+
+    op=Adasum, as in Horovod, returns a different optimizer (adasum_optimizer.py) when there is
+    more than one rank: each parameter's update of a local step of the wrapped optimizer (not
+    its gradient) is combined by Adasum across the ranks. It takes named_parameters,
+    compression and backward_passes_per_step; groups, num_groups, sparse_as_dense and
+    bucket_cap_mb have no effect (each delta is reduced on its own, dense); a process set other
+    than the global one raises NotImplementedError, staleness / local SGD ValueError. Do not
+    scale the learning rate by the number of ranks (docs/training.md, "Adasum").
     """
     check_reduce_options(op, gradient_predivide_factor)
     cap_mb = resolve_cap_mb(bucket_cap_mb)
@@ -221,6 +232,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     options = ReduceOptions(op=op, gradient_predivide_factor=gradient_predivide_factor,
                             compression=compression, sparse_as_dense=sparse_as_dense,
                             groups=groups, process_set=process_set)
+    if op == Adasum and (staleness or local_sgd_period):
+        raise ValueError("op=Adasum combines the updates of synchronous local steps; "
+                         "staleness / local SGD are not supported with it")
+    if op == Adasum and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
+        return make_adasum_optimizer(optimizer, named_parameters, compression,
+                                     backward_passes_per_step, process_set)
     if staleness or local_sgd_period:
         if groups is not None or backward_passes_per_step != 1:
             raise ValueError("staleness / local SGD do not support groups or "
