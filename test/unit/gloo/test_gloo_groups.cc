@@ -5,6 +5,7 @@
 
 #include "gloo_threads.h"
 #include "transport/gloo/gloo_control_plane.h"
+#include "transport/gloo/gloo_exchange.h"
 
 namespace hvd {
 namespace testing {
@@ -53,6 +54,49 @@ TEST_CASE("gloo control plane: allreduce_and, gather, broadcast on 2, 3 and 4 ra
             round == 1 ? "" : "responses of round " + std::to_string(round);
         if (!s.ok() || blob != want_blob)
           job.fail(r, "broadcast round " + std::to_string(round) + " " + s.message());
+      }
+    });
+    INFO("ranks: " << n);
+    CHECK(job.failures() == std::vector<std::string>{});
+  }
+}
+
+TEST_CASE("gloo control plane: blobs around the inline size, 1, 5 and 6 ranks", "[gloo]") {
+  // Lengths about kInlineBytes (one message, or a first one and the rest) and far over it.
+  const size_t lengths[] = {0, 1, kInlineBytes - 1, kInlineBytes, kInlineBytes + 1, 100000};
+  for (int n : {1, 5, 6}) {  // 5 and 6: recursive doubling folds one and two ranks in
+    ThreadedGlooJob job(n);
+    job.run("cpl" + std::to_string(n), [&](int r, GlooBootstrap&) {
+      std::shared_ptr<gloo::Context> ctx;
+      Status s =
+          connect_group(*job.job(r), "cpl" + std::to_string(n) + "/control", r, n, "cpl", &ctx);
+      if (!s.ok()) return job.fail(r, s.message());
+      GlooControlPlane plane(ctx, "test set");
+      // Rank q's text in round k: lengths[(k + q) % 6] bytes, byte i = q * 13 + i + k.
+      const auto text = [&](int q, size_t k) {
+        std::string t(lengths[(k + static_cast<size_t>(q)) % 6], '\0');
+        for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<char>(q * 13 + i + k);
+        return t;
+      };
+      for (size_t k = 0; k < 6; ++k) {
+        // One word: bit q clear on rank q, bit 63 clear on rank (k % n) only.
+        std::vector<uint64_t> word{~(1ull << r) & ~(r == static_cast<int>(k) % n ? 1ull << 63 : 0)};
+        uint64_t want = ~(1ull << 63);
+        for (int q = 0; q < n; ++q) want &= ~(1ull << q);
+        s = plane.allreduce_and(&word);
+        if (!s.ok() || word[0] != want) job.fail(r, "allreduce_and round " + std::to_string(k));
+        std::vector<std::string> all;
+        s = plane.gather(text(r, k), &all);
+        if (!s.ok()) job.fail(r, "gather: " + s.message());
+        if (r == 0) {
+          bool same = all.size() == static_cast<size_t>(n);
+          for (int q = 0; q < n && same; ++q) same = all[static_cast<size_t>(q)] == text(q, k);
+          if (!same) job.fail(r, "gather round " + std::to_string(k) + " differs");
+        }
+        std::string blob = r == 0 ? text(n, k) : "stale";
+        s = plane.broadcast(&blob);
+        if (!s.ok() || blob != text(n, k))
+          job.fail(r, "broadcast round " + std::to_string(k) + " " + s.message());
       }
     });
     INFO("ranks: " << n);
