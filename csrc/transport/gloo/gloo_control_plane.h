@@ -15,9 +15,10 @@ namespace hvd {
 
 /// The negotiation's exchanges over a connected Gloo context that nothing else uses (the
 /// data plane has another), so negotiation and data never interleave on one connection.
-/// allreduce_and is a Gloo allreduce with an AND; gather sends each rank's length and bytes
-/// to rank 0 point to point; broadcast sends the length, then the bytes. A lost peer fails
-/// the call with an ErrorCode::kInternal Status within the context's timeout.
+/// Every exchange is latency-bound and takes the shortest chain of messages (gloo_exchange.h):
+/// allreduce_and by recursive doubling, gather and broadcast point to point with the length
+/// and the first bytes in one message. A lost peer fails the call with an
+/// ErrorCode::kInternal Status within the context's timeout.
 class GlooControlPlane : public ControlPlane {
  public:
   /// `group` names the group in errors.
@@ -32,7 +33,9 @@ class GlooControlPlane : public ControlPlane {
   std::shared_ptr<gloo::Context> ctx_;
   const std::string group_;
   int rank_ = 0, size_ = 1;
-  std::vector<int64_t> lengths_;  ///< gather's lengths at rank 0 (kept between cycles)
+  /// The peers' bit vectors, the gather's and the broadcast's first messages (kept between
+  /// cycles: their sizes repeat).
+  std::vector<char> scratch_;
 };
 
 }  // namespace hvd

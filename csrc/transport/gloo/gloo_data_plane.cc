@@ -16,6 +16,7 @@
 
 #include "kernels/host/cpu_ops.h"
 #include "transport/gloo/gloo_call.h"
+#include "transport/gloo/gloo_exchange.h"
 
 namespace hvd {
 namespace {
@@ -40,8 +41,18 @@ void allreduce_words(const std::shared_ptr<gloo::Context>& ctx, void* buf, int64
   gloo::allreduce(opts);
 }
 
-// Slots of our own point-to-point exchanges: a prefix none of Gloo's collectives uses.
+// Slots of our own point-to-point exchanges: prefixes none of Gloo's collectives uses.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x48;
+constexpr uint8_t kSmallAllreduceSlotPrefix = 0x49;
+
+// Up to this size an allreduce is bound by its chain of messages, not by its bytes: recursive
+// doubling (log2(n) exchanges of the whole buffer) beats Gloo's ring (2(n-1) messages).
+constexpr size_t kRecursiveDoublingMaxBytes = 64 << 10;
+
+// Likewise a broadcast whose copies at the root come to at most this many bytes goes from
+// the root to each member directly (one message in the chain; Gloo's tree has log2(n)).
+constexpr uint8_t kSmallBroadcastSlotPrefix = 0x4a;
+constexpr size_t kFlatBroadcastMaxBytes = 256 << 10;
 
 }  // namespace
 
@@ -51,6 +62,16 @@ GlooDataPlane::GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string gro
 Status GlooDataPlane::allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
   if (count == 0 || size_ == 1) return Status::OK();
   if (op == ReduceOp::kAverage) op = ReduceOp::kSum;  // the caller divides
+  const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+  if (bytes <= kRecursiveDoublingMaxBytes) {
+    return gloo_call(group_, "gloo allreduce", [&] {
+      recursive_doubling_allreduce(
+          *ctx_, kSmallAllreduceSlotPrefix, static_cast<char*>(buf), bytes, &incoming_,
+          [dtype, op](char* out, const char* a, const char* b, size_t n) {
+            reduce_to(out, a, b, static_cast<int64_t>(n / dtype_size(dtype)), dtype, op);
+          });
+    });
+  }
   return gloo_call(group_, "gloo allreduce", [&] {
     switch (dtype_size(dtype)) {
       case 1:
@@ -146,6 +167,12 @@ Status GlooDataPlane::reducescatter(const void* in, void* out, const std::vector
 
 Status GlooDataPlane::broadcast(void* buf, int64_t bytes, int root) {
   if (bytes == 0 || size_ == 1) return Status::OK();
+  if (static_cast<size_t>(bytes) * static_cast<size_t>(size_ - 1) <= kFlatBroadcastMaxBytes) {
+    return gloo_call(group_, "gloo broadcast", [&] {
+      flat_broadcast_bytes(*ctx_, kSmallBroadcastSlotPrefix, root, static_cast<char*>(buf),
+                           static_cast<size_t>(bytes));
+    });
+  }
   return gloo_call(group_, "gloo broadcast", [&] {
     gloo::BroadcastOptions opts(ctx_);
     opts.setRoot(root);

@@ -14,7 +14,9 @@ class Context;
 namespace hvd {
 
 /// Every DataPlane call as a Gloo collective on one connected context (the group's; shared
-/// with its GlooBootstrap, and used by one thread at a time like it). A peer lost or silent
+/// with its GlooBootstrap, and used by one thread at a time like it); allreduces of up to
+/// 64 KiB by recursive doubling and small broadcasts from the root to each member instead
+/// (gloo_exchange.h), reducescatter as a ring of our own. A peer lost or silent
 /// for longer than the context's timeout fails the call with an ErrorCode::kInternal Status
 /// naming the group and the call; the context is then unusable, and so is this plane: the
 /// job shuts down and re-initializes. failures_are_fatal() is false: Gloo's timeout frees
@@ -38,7 +40,8 @@ class GlooDataPlane : public DataPlane {
   const std::string group_;
   int rank_ = 0, size_ = 1;
   /// reducescatter's running sums of every block and the block coming from the left
-  /// neighbour (kept: their sizes repeat step after step).
+  /// neighbour; incoming_ also holds the peers' values of a small allreduce (kept: their
+  /// sizes repeat step after step).
   std::vector<char> scratch_, incoming_;
 };
 

@@ -1,7 +1,9 @@
 // Copyright horovod_cpp authors. GlooDataPlane with 2, 3 and 4 thread-ranks over real Gloo TCP
 // pairs: every call, every dtype and op, each element checked against a reference each rank
 // computes itself.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 
 #include "common/half.h"
@@ -204,6 +206,81 @@ TEST_CASE("gloo data plane: every call, dtype and op on 2, 3 and 4 ranks", "[glo
     INFO("ranks: " << n);
     CHECK(job.failures() == std::vector<std::string>{});
   }
+}
+
+TEST_CASE("gloo data plane: small allreduces agree bit for bit, NaNs included, 3-6 ranks",
+          "[gloo]") {
+  // std::min(NaN, x) is NaN but std::min(x, NaN) is x: ranks that combined in different
+  // orders would end with different values. Element 0 is NaN on rank 1 only.
+  const int64_t count = 9;
+  for (int n : {3, 4, 5, 6}) {
+    ThreadedGlooJob job(n);
+    job.run("dpnan" + std::to_string(n), [&](int r, GlooBootstrap& world) {
+      std::unique_ptr<DataPlane> plane;
+      if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
+      const auto value = [](int q, int64_t i) {
+        return i == 0 && q == 1 ? std::nanf("") : 0.1f * static_cast<float>((q + 1) * (i + 3) % 7);
+      };
+      for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kSum}) {
+        std::vector<float> buf(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) buf[static_cast<size_t>(i)] = value(r, i);
+        Status s = plane->allreduce(buf.data(), count, DataType::kFloat32, op);
+        if (!s.ok()) return job.fail(r, s.message());
+        for (int64_t i = 1; i < count && op != ReduceOp::kSum; ++i) {
+          float want = value(0, i);
+          for (int q = 1; q < n; ++q) {
+            want = op == ReduceOp::kMin ? std::min(want, value(q, i)) : std::max(want, value(q, i));
+          }
+          if (buf[static_cast<size_t>(i)] != want)
+            job.fail(r, std::string(reduce_op_name(op)) + " element " + std::to_string(i));
+        }
+        std::vector<float> all(buf.size() * static_cast<size_t>(n));
+        s = world.allgather(buf.data(), buf.size() * sizeof(float), all.data());
+        if (!s.ok()) return job.fail(r, s.message());
+        for (int q = 1; q < n; ++q) {
+          if (std::memcmp(all.data(), all.data() + buf.size() * static_cast<size_t>(q),
+                          buf.size() * sizeof(float)) != 0) {
+            job.fail(r, std::string(reduce_op_name(op)) + ": rank " + std::to_string(q) +
+                            "'s result differs from rank 0's");
+          }
+        }
+      }
+    });
+    INFO("ranks: " << n);
+    CHECK(job.failures() == std::vector<std::string>{});
+  }
+}
+
+TEST_CASE("gloo data plane: allreduces and broadcasts about the small-path limits on 3 ranks",
+          "[gloo]") {
+  ThreadedGlooJob job(3);
+  job.run("dpedge", [&](int r, GlooBootstrap& world) {
+    std::unique_ptr<DataPlane> plane;
+    if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
+    // 64 KiB is the last size done by recursive doubling; one element more goes to the ring.
+    for (int64_t count : {int64_t{16384}, int64_t{16385}, int64_t{1}}) {
+      std::vector<int32_t> buf(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) buf[static_cast<size_t>(i)] = (r + 1) * (i % 977);
+      const Status s = plane->allreduce(buf.data(), count, DataType::kInt32, ReduceOp::kSum);
+      if (!s.ok()) return job.fail(r, s.message());
+      for (int64_t i = 0; i < count; ++i) {
+        if (buf[static_cast<size_t>(i)] != 6 * (i % 977)) {
+          job.fail(r, std::to_string(count) + " elements: element " + std::to_string(i));
+          break;
+        }
+      }
+    }
+    // 128 KiB to each of two members is the last flat broadcast; one byte more takes Gloo's.
+    for (size_t bytes : {size_t{128} << 10, (size_t{128} << 10) + 1}) {
+      std::vector<char> buf(bytes);
+      for (size_t i = 0; i < bytes; ++i) buf[i] = r == 2 ? byte_of(2, 3, int64_t(i)) : 0;
+      const Status s = plane->broadcast(buf.data(), static_cast<int64_t>(bytes), 2);
+      bool same = s.ok();
+      for (size_t i = 0; i < bytes && same; ++i) same = buf[i] == byte_of(2, 3, int64_t(i));
+      if (!same) job.fail(r, "broadcast of " + std::to_string(bytes) + " bytes " + s.message());
+    }
+  });
+  CHECK(job.failures() == std::vector<std::string>{});
 }
 
 TEST_CASE("gloo data plane: large allreduces (several Gloo segments) on 3 ranks", "[gloo]") {

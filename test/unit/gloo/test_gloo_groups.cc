@@ -2,61 +2,114 @@
 // split_host) with thread-ranks over real Gloo TCP pairs.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <functional>
 
 #include "gloo_threads.h"
 #include "transport/gloo/gloo_control_plane.h"
+#include "transport/gloo/gloo_exchange.h"
 
 namespace hvd {
 namespace testing {
+namespace {
+
+// Runs fn(job, rank, plane) on every rank of a threaded job of `n`, each with a control plane
+// over a group of every rank under `prefix`; then checks that no rank recorded a failure.
+void with_control_planes(int n, const std::string& prefix,
+                         const std::function<void(ThreadedGlooJob&, int, GlooControlPlane&)>& fn) {
+  ThreadedGlooJob job(n);
+  job.run(prefix, [&](int r, GlooBootstrap&) {
+    std::shared_ptr<gloo::Context> ctx;
+    const Status s = connect_group(*job.job(r), prefix + "/control", r, n, prefix, &ctx);
+    if (!s.ok()) return job.fail(r, s.message());
+    GlooControlPlane plane(std::move(ctx), "test set");
+    fn(job, r, plane);
+  });
+  INFO("ranks: " << n);
+  CHECK(job.failures() == std::vector<std::string>{});
+}
+
+}  // namespace
 
 TEST_CASE("gloo control plane: allreduce_and, gather, broadcast on 2, 3 and 4 ranks", "[gloo]") {
   for (int n : {2, 3, 4}) {
-    ThreadedGlooJob job(n);
-    job.run("cp" + std::to_string(n), [&](int r, GlooBootstrap&) {
-      std::shared_ptr<gloo::Context> ctx;
-      Status s =
-          connect_group(*job.job(r), "cp" + std::to_string(n) + "/control", r, n, "cp", &ctx);
-      if (!s.ok()) return job.fail(r, s.message());
-      GlooControlPlane plane(ctx, "test set");
-      for (int round = 0; round < 3; ++round) {
-        // Word w has bit b set on rank q unless (w + b + round) % (q + 2) == 0.
-        std::vector<uint64_t> words(5), want(5, ~0ull);
-        for (int q = 0; q < n; ++q) {
-          for (size_t w = 0; w < words.size(); ++w) {
-            uint64_t v = 0;
-            for (int b = 0; b < 64; ++b) {
-              if ((static_cast<int>(w) + b + round) % (q + 2) != 0) v |= 1ull << b;
+    with_control_planes(
+        n, "cp" + std::to_string(n), [&](ThreadedGlooJob& job, int r, GlooControlPlane& plane) {
+          Status s;
+          for (int round = 0; round < 3; ++round) {
+            // Word w has bit b set on rank q unless (w + b + round) % (q + 2) == 0.
+            std::vector<uint64_t> words(5), want(5, ~0ull);
+            for (int q = 0; q < n; ++q) {
+              for (size_t w = 0; w < words.size(); ++w) {
+                uint64_t v = 0;
+                for (int b = 0; b < 64; ++b) {
+                  if ((static_cast<int>(w) + b + round) % (q + 2) != 0) v |= 1ull << b;
+                }
+                if (q == r) words[w] = v;
+                want[w] &= v;
+              }
             }
-            if (q == r) words[w] = v;
-            want[w] &= v;
+            s = plane.allreduce_and(&words);
+            if (!s.ok() || words != want)
+              job.fail(r, "allreduce_and round " + std::to_string(round) + " " + s.message());
+            // Rank q's message: q * round characters 'a' + q (empty for rank 0 or round 0).
+            auto message = [&](int q) {
+              return std::string(static_cast<size_t>(q * round * 100), static_cast<char>('a' + q));
+            };
+            std::vector<std::string> all;
+            s = plane.gather(message(r), &all);
+            if (!s.ok()) job.fail(r, "gather: " + s.message());
+            if (r == 0) {
+              bool same = all.size() == static_cast<size_t>(n);
+              for (int q = 0; q < n && same; ++q) same = all[static_cast<size_t>(q)] == message(q);
+              if (!same) job.fail(r, "gather round " + std::to_string(round) + " differs");
+            }
+            std::string blob = r == 0 ? "responses of round " + std::to_string(round) : "stale";
+            if (round == 1 && r == 0) blob.clear();
+            s = plane.broadcast(&blob);
+            const std::string want_blob =
+                round == 1 ? "" : "responses of round " + std::to_string(round);
+            if (!s.ok() || blob != want_blob)
+              job.fail(r, "broadcast round " + std::to_string(round) + " " + s.message());
           }
-        }
-        s = plane.allreduce_and(&words);
-        if (!s.ok() || words != want)
-          job.fail(r, "allreduce_and round " + std::to_string(round) + " " + s.message());
-        // Rank q's message: q * round characters 'a' + q (empty for rank 0 or round 0).
-        auto message = [&](int q) {
-          return std::string(static_cast<size_t>(q * round * 100), static_cast<char>('a' + q));
-        };
-        std::vector<std::string> all;
-        s = plane.gather(message(r), &all);
-        if (!s.ok()) job.fail(r, "gather: " + s.message());
-        if (r == 0) {
-          bool same = all.size() == static_cast<size_t>(n);
-          for (int q = 0; q < n && same; ++q) same = all[static_cast<size_t>(q)] == message(q);
-          if (!same) job.fail(r, "gather round " + std::to_string(round) + " differs");
-        }
-        std::string blob = r == 0 ? "responses of round " + std::to_string(round) : "stale";
-        if (round == 1 && r == 0) blob.clear();
-        s = plane.broadcast(&blob);
-        const std::string want_blob =
-            round == 1 ? "" : "responses of round " + std::to_string(round);
-        if (!s.ok() || blob != want_blob)
-          job.fail(r, "broadcast round " + std::to_string(round) + " " + s.message());
-      }
-    });
-    INFO("ranks: " << n);
-    CHECK(job.failures() == std::vector<std::string>{});
+        });
+  }
+}
+
+TEST_CASE("gloo control plane: blobs around the inline size, 1, 5 and 6 ranks", "[gloo]") {
+  // Lengths about kInlineBytes (one message, or a first one and the rest) and far over it.
+  const size_t lengths[] = {0, 1, kInlineBytes - 1, kInlineBytes, kInlineBytes + 1, 100000};
+  for (int n : {1, 5, 6}) {  // 5 and 6: recursive doubling folds one and two ranks in
+    with_control_planes(
+        n, "cpl" + std::to_string(n), [&](ThreadedGlooJob& job, int r, GlooControlPlane& plane) {
+          Status s;
+          // Rank q's text in round k: lengths[(k + q) % 6] bytes, byte i = q * 13 + i + k.
+          const auto text = [&](int q, size_t k) {
+            std::string t(lengths[(k + static_cast<size_t>(q)) % 6], '\0');
+            for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<char>(q * 13 + i + k);
+            return t;
+          };
+          for (size_t k = 0; k < 6; ++k) {
+            // One word: bit q clear on rank q, bit 63 clear on rank (k % n) only.
+            std::vector<uint64_t> word{~(1ull << r) &
+                                       ~(r == static_cast<int>(k) % n ? 1ull << 63 : 0)};
+            uint64_t want = ~(1ull << 63);
+            for (int q = 0; q < n; ++q) want &= ~(1ull << q);
+            s = plane.allreduce_and(&word);
+            if (!s.ok() || word[0] != want) job.fail(r, "allreduce_and round " + std::to_string(k));
+            std::vector<std::string> all;
+            s = plane.gather(text(r, k), &all);
+            if (!s.ok()) job.fail(r, "gather: " + s.message());
+            if (r == 0) {
+              bool same = all.size() == static_cast<size_t>(n);
+              for (int q = 0; q < n && same; ++q) same = all[static_cast<size_t>(q)] == text(q, k);
+              if (!same) job.fail(r, "gather round " + std::to_string(k) + " differs");
+            }
+            std::string blob = r == 0 ? text(n, k) : "stale";
+            s = plane.broadcast(&blob);
+            if (!s.ok() || blob != text(n, k))
+              job.fail(r, "broadcast round " + std::to_string(k) + " " + s.message());
+          }
+        });
   }
 }
 
