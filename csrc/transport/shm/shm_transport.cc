@@ -54,8 +54,8 @@ class ShmTransport : public Transport {
   void set_agreed_paths(uint64_t votes) override { shm_->paths().set_agreed(votes); }
   void run(Batch& b) override {
     // The reductions and broadcasts: one compare for the calls below the measured sizes
-    // (every small allreduce). An allgather's or alltoall's b.bytes is this rank's share, not
-    // the same on every rank: those are sized by their longest block instead.
+    // (every small allreduce). An allgather's or alltoall's b.bytes is rank 0's share, which
+    // may be none of the call: those are sized by their longest block instead.
     if (b.bytes >= measured_min_bytes_) {
       switch (b.op) {
         case OpType::kAllreduce:
