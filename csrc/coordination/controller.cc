@@ -22,6 +22,7 @@ constexpr uint64_t kStallReportFlag = 1ull << 2;
 constexpr uint64_t kJoinedFlag = 1ull << 3;
 // Bits kVoteShift.. hold the votes (Controller::set_votes), inverted like the flags.
 constexpr int kVoteShift = 8;
+static_assert(kVoteShift + Controller::kVoteBits <= 64, "the votes must fit the flags word");
 
 inline bool test_bit(const std::vector<uint64_t>& v, size_t word0, uint32_t bit) {
   return (v[word0 + bit / 64] >> (bit % 64)) & 1ull;
@@ -179,7 +180,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   if (shutdown_requested_) v[0] &= ~kShutdownFlag;
   if (want_report) v[0] &= ~kStallReportFlag;
   if (joined_) v[0] &= ~kJoinedFlag;
-  v[0] &= ~(static_cast<uint64_t>(votes_) << kVoteShift);
+  v[0] &= ~(votes_ << kVoteShift);
   pending_bits_.for_each([&](uint32_t bit, const Request&) {
     set_bit(v, kReady, bit);
     clear_bit(v, kNone, bit);
@@ -192,7 +193,7 @@ Status Controller::run_cycle(std::vector<Request> incoming, bool shutdown_reques
   const bool full = !(v[0] & kFullCycleFlag);
   const bool stall_report = !(v[0] & kStallReportFlag);
   others_joined_ = !(v[0] & kJoinedFlag);
-  out->votes = static_cast<uint32_t>(~v[0] >> kVoteShift) & ((1u << kVoteBits) - 1);
+  out->votes = (~v[0] >> kVoteShift) & kTransportVoteMask;
   if (others_joined_) {
     // Cache hits cannot complete while a rank has joined (it sets no bits): send them in full.
     pending_bits_.for_each([&](uint32_t, Request& q) { uncached_.push_back(std::move(q)); });

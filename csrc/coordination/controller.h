@@ -83,7 +83,7 @@ struct CycleResult {
   std::string shutdown_reason;
   bool full_cycle = false;  ///< the gather/broadcast of step 4 ran
   /// The votes of this cycle: a bit is set when some rank set it (Controller::set_votes).
-  uint32_t votes = 0;
+  uint64_t votes = 0;
 };
 
 /// Rank 0: since when each cached bit has been ready on some ranks but not all (its tensor
@@ -188,7 +188,7 @@ class Controller {
   /// every rank must make alike (TransportRegistry::path_votes()).
   static constexpr int kVoteBits = kTransportVoteBits;  // the transport contract's
   /// This rank's votes, sent with every cycle from the next one until changed.
-  void set_votes(uint32_t votes) { votes_ = votes & ((1u << kVoteBits) - 1); }
+  void set_votes(uint64_t votes) { votes_ = votes & kTransportVoteMask; }
 
   /// Hands back a finished cycle's responses and hits: the next cycle copies its cached
   /// responses into these (their strings and shapes keep their room), instead of allocating
@@ -267,7 +267,7 @@ class Controller {
   bool joined_ = false;         // this rank has a join pending
   bool others_joined_ = false;  // some rank had a join pending in the last cycle
   uint64_t cycles_ = 0, full_cycles_ = 0;
-  uint32_t votes_ = 0;                     // set_votes()
+  uint64_t votes_ = 0;                     // set_votes()
   std::vector<Response> spare_responses_;  // recycle()d, for the next cycle's cache hits
   std::vector<LocalHit> spare_hits_;       // recycle()d, likewise
   /// Responses beyond what a cycle used, kept with their strings' and shapes' room (a cycle

@@ -18,8 +18,10 @@
 namespace hvd {
 
 /// Bits a transport may use for its votes (Transport::path_votes()). The controller carries
-/// them in the flags word of the bit vector every cycle ANDs.
-constexpr int kTransportVoteBits = 24;
+/// them in the flags word of the bit vector every cycle ANDs, above its own flags.
+constexpr int kTransportVoteBits = 56;
+/// Those bits, from bit 0.
+constexpr uint64_t kTransportVoteMask = (uint64_t{1} << kTransportVoteBits) - 1;
 
 /// The most words a cycle's allreduce_and() vector has with a response cache of
 /// `cache_capacity` entries: a flags word, then three bits per cache entry. A control plane

@@ -34,13 +34,13 @@ void TransportRegistry::drain() {
   for (auto& t : transports_) t->drain();
 }
 
-uint32_t TransportRegistry::path_votes() {
-  uint32_t v = 0;
+uint64_t TransportRegistry::path_votes() {
+  uint64_t v = 0;
   for (auto& t : transports_) v |= t->path_votes();
   return v;
 }
 
-void TransportRegistry::set_agreed_paths(uint32_t votes) {
+void TransportRegistry::set_agreed_paths(uint64_t votes) {
   for (auto& t : transports_) t->set_agreed_paths(votes);
 }
 

@@ -28,8 +28,8 @@ class TransportRegistry {
   void drain();
   /// The OR of every transport's path_votes(), and set_agreed_paths() on every transport (the
   /// transports that vote own disjoint bits: today only shm votes).
-  uint32_t path_votes();
-  void set_agreed_paths(uint32_t votes);
+  uint64_t path_votes();
+  void set_agreed_paths(uint64_t votes);
   /// The transports' names in order, e.g. "shm, mpi, nccl".
   std::string describe() const;
   bool empty() const { return transports_.empty(); }

@@ -59,8 +59,8 @@ class Transport {
   /// makes by measurement (at most kTransportVoteBits, control_plane.h; shm: gather_paths.h).
   /// The cycle ORs them across ranks and hands the result to set_agreed_paths() before its
   /// batches run, so that every rank makes the same choice. Called on the cycle's thread only.
-  virtual uint32_t path_votes() { return 0; }
-  virtual void set_agreed_paths(uint32_t votes) { (void)votes; }
+  virtual uint64_t path_votes() { return 0; }
+  virtual void set_agreed_paths(uint64_t votes) { (void)votes; }
 };
 
 }  // namespace hvd

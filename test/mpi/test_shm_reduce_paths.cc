@@ -1,6 +1,6 @@
 // Copyright horovod_cpp authors. The measured choice between the shared-memory segments and
-// MPI for large allreduces, reducescatters and broadcasts (transport/shm/gather_paths.h), run
-// under each way forced
+// MPI for large allreduces, reducescatters and broadcasts (transport/shm/gather_paths.h;
+// allgathers and alltoalls: test_shm_gather_paths.cc), run under each way forced
 // (HOROVOD_CPP_TEST_SHM_PATH=1: the fold, 2: MPI) and under random votes
 // (HOROVOD_CPP_TEST_SHM_PATH_VOTES=1: every rank votes differently every cycle, so the ways
 // mix call by call and only the cycle's agreement keeps the ranks together). test/mpi's
@@ -232,6 +232,13 @@ TEST_CASE("shm paths: a forced way is the way every call takes", "[shm_paths]") 
       hvd::reducescatter("paths.forced.rs", hvd::TensorView(v.data(), DataType::kInt32, {4, 5000}),
                          r);
       hvd::broadcast("paths.forced.bc", hvd::TensorView(f.data(), DataType::kFloat32, {20000}), 0);
+      // Uneven blocks: every rank takes the same way whatever its share.
+      const int64_t rows = 1000 * (me + 1);
+      hvd::allgather("paths.forced.ag", hvd::TensorView(v.data(), DataType::kInt32, {rows, 5}));
+      std::vector<int64_t> splits(static_cast<size_t>(ranks), 0);
+      splits[0] = rows;
+      hvd::alltoall("paths.forced.a2a", hvd::TensorView(v.data(), DataType::kInt32, {rows, 5}),
+                    splits);
     }
   }
   int world_rank = 0;
@@ -242,18 +249,26 @@ TEST_CASE("shm paths: a forced way is the way every call takes", "[shm_paths]") 
     const auto ar = phases_of(events, "paths.forced.ar");
     const auto rs = phases_of(events, "paths.forced.rs");
     const auto bc = phases_of(events, "paths.forced.bc");
+    const auto ag = phases_of(events, "paths.forced.ag");
+    const auto a2a = phases_of(events, "paths.forced.a2a");
     std::string seen;
-    for (const auto* p : {&ar, &rs, &bc}) {
+    for (const auto* p : {&ar, &rs, &bc, &ag, &a2a}) {
       for (const std::string& x : *p) seen += x + " ";
       seen += "| ";
     }
-    INFO("way " << way << "; phases of the allreduce | reducescatter | broadcast: " << seen);
+    INFO("way " << way
+                << "; phases of the allreduce | reducescatter | broadcast | allgather | alltoall: "
+                << seen);
     CHECK(ar.count("SHM_ALLREDUCE") == (way == 1 ? 1u : 0u));
     CHECK(ar.count("MPI_allreduce") == (way == 2 ? 1u : 0u));
     CHECK(rs.count("SHM_REDUCESCATTER") == (way == 1 ? 1u : 0u));
     CHECK(rs.count("MPI_reducescatter") == (way == 2 ? 1u : 0u));
     CHECK(bc.count("SHM_BROADCAST") == (way == 1 ? 1u : 0u));
     CHECK(bc.count("MPI_broadcast") == (way == 2 ? 1u : 0u));
+    CHECK(ag.count("SHM_ALLGATHER") == (way == 1 ? 1u : 0u));
+    CHECK(ag.count("MPI_allgather") == (way == 2 ? 1u : 0u));
+    CHECK(a2a.count("SHM_ALLTOALL") == (way == 1 ? 1u : 0u));
+    CHECK(a2a.count("MPI_alltoall") == (way == 2 ? 1u : 0u));
     const bool float_mpi = way == 2 && ranks == 2;
     const auto fl = phases_of(events, "paths.forced.float");
     CHECK(fl.count("SHM_ALLREDUCE") == (float_mpi ? 0u : 1u));

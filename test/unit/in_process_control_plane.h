@@ -83,7 +83,7 @@ class InProcessControlPlane : public ControlPlane {
 struct CycleInput {
   std::vector<Request> requests;
   bool shutdown = false;
-  uint32_t votes = 0;  ///< Controller::set_votes() before the cycle
+  uint64_t votes = 0;  ///< Controller::set_votes() before the cycle
 };
 
 /// The scripted run: `input(rank, cycle)` gives each rank's submissions. `clock_at(cycle)` (if

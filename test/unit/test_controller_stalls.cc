@@ -183,12 +183,13 @@ TEST_CASE("evicting one member of a pending group re-sends the whole group", "[c
 TEST_CASE("votes: every rank gets the OR of the ranks' votes in the same cycle",
           "[controller][votes]") {
   const int n = GENERATE(2, 3, 4);
-  // Rank r votes a pattern of its own each cycle; requests come and go meanwhile (cached and
-  // full cycles both carry the votes).
+  // Rank r votes a pattern of its own each cycle, over every vote bit, a quarter of them set
+  // (so that the OR of four ranks still leaves bits clear); requests come and go meanwhile
+  // (cached and full cycles both carry the votes).
   const auto vote_of = [](int rank, int cycle) {
-    return static_cast<uint32_t>((cycle * 2654435761u + static_cast<uint32_t>(rank) * 40503u) >>
-                                 7) &
-           ((1u << Controller::kVoteBits) - 1);
+    const uint64_t h = static_cast<uint64_t>(cycle + 1) * 0x9e3779b97f4a7c15ull ^
+                       static_cast<uint64_t>(rank + 1) * 0xbf58476d1ce4e5b9ull;
+    return ((h & (h * 0x94d049bb133111ebull)) >> 3) & ((uint64_t{1} << Controller::kVoteBits) - 1);
   };
   Script s;
   s.ranks = n;
@@ -202,7 +203,7 @@ TEST_CASE("votes: every rank gets the OR of the ranks' votes in the same cycle",
   RunResult res = run_script(s);
   require_ok(res);
   for (int c = 0; c < s.cycles; ++c) {
-    uint32_t expected = 0;
+    uint64_t expected = 0;
     for (int r = 0; r < n; ++r) expected |= vote_of(r, c);
     for (int r = 0; r < n; ++r) {
       INFO("rank " << r << " cycle " << c);

@@ -1,5 +1,6 @@
-// Copyright horovod_cpp authors. The measured choice between one copy and two for large
-// shared-memory broadcasts, allgathers and alltoalls (transport/shm/gather_paths.h).
+// Copyright horovod_cpp authors. The measured choice of ways for large collectives on one
+// host (transport/shm/gather_paths.h): one copy or two through the segments, the segments or
+// MPI.
 #include <catch2/catch.hpp>
 #include <set>
 #include <vector>
@@ -24,8 +25,8 @@ std::vector<bool> feed(GatherPaths& p, GatherPaths::Kind kind, int64_t bytes, in
   return ways;
 }
 
-uint32_t bit(GatherPaths::Kind kind, int band) {
-  return 1u << GatherPaths::bit(kind, band);
+uint64_t bit(GatherPaths::Kind kind, int band) {
+  return uint64_t{1} << GatherPaths::bit(kind, band);
 }
 
 }  // namespace
@@ -134,11 +135,11 @@ TEST_CASE("gather paths: test votes differ by seed and by cycle", "[gather_paths
   GatherPaths a, b;
   a.enable(kMin, 0x9e3779b97f4a7c15ull);
   b.enable(kMin, 2 * 0x9e3779b97f4a7c15ull);
-  std::set<uint32_t> seen;
+  std::set<uint64_t> seen;
   int differ = 0;
   for (int i = 0; i < 50; ++i) {
-    const uint32_t va = a.votes(a.costs()), vb = b.votes(b.costs());
-    CHECK(va < (1u << GatherPaths::kVoteBits));
+    const uint64_t va = a.votes(a.costs()), vb = b.votes(b.costs());
+    CHECK((va & ~GatherPaths::kVoteMask) == 0);
     seen.insert(va);
     differ += va != vb;
   }
@@ -166,10 +167,46 @@ TEST_CASE("gather paths: MPI for the reductions, with its own margin, only where
   CHECK(q.votes(q.costs()) == 0);
   q.set_agreed(bit(GatherPaths::kReducescatter, 0));
   CHECK(q.votes(q.costs()) == bit(GatherPaths::kReducescatter, 0));
-  // Test votes only for the enabled kinds.
+  // Test votes only for the enabled kinds (3 to 7: bits 12 to 31), every one of them drawn.
   GatherPaths t;
   t.enable(kMin, 12345, GatherPaths::kMpiKinds);
-  for (int i = 0; i < 20; ++i) CHECK((t.votes(t.costs()) & ~(0xfffu << 12)) == 0);
+  uint64_t drawn = 0;
+  for (int i = 0; i < 20; ++i) {
+    const uint64_t v = t.votes(t.costs());
+    CHECK((v & ~(uint64_t{0xfffff} << 12)) == 0);
+    drawn |= v;
+  }
+  CHECK(drawn == uint64_t{0xfffff} << 12);
+}
+
+TEST_CASE("gather paths: MPI for allgathers and alltoalls, apart from their copy ways",
+          "[gather_paths]") {
+  GatherPaths p;
+  p.enable(kMin, 0, GatherPaths::kGatherKinds | GatherPaths::kMpiKinds);
+  for (auto kind : {GatherPaths::kAllgatherPlane, GatherPaths::kAlltoallPlane}) {
+    CHECK(p.band(kind, 16 * kMin) == 2);
+    // MPI 1.2x faster in band 2: past kMpiSwitchGain (1.1), short of kSwitchGain.
+    feed(p, kind, 16 * kMin, 8, 1.2e-9, 1e-9);
+  }
+  const uint64_t planes =
+      bit(GatherPaths::kAllgatherPlane, 2) | bit(GatherPaths::kAlltoallPlane, 2);
+  CHECK(p.votes(p.costs()) == planes);
+  // The copy ways of the same calls choose on their own counts and costs: two copies 1.2x
+  // slower than one is no reason to leave them.
+  feed(p, GatherPaths::kAllgather, 16 * kMin, 8, 1.2e-9, 1e-9);
+  CHECK(p.votes(p.costs()) == planes);
+  feed(p, GatherPaths::kAlltoall, 16 * kMin, 8, 4e-9, 1e-9);
+  CHECK(p.votes(p.costs()) == (planes | bit(GatherPaths::kAlltoall, 2)));
+  // The agreed planes (the highest vote bits) take MPI on every call but the exploring ones.
+  GatherPaths q;
+  q.enable(kMin, 0, GatherPaths::kMpiKinds);
+  q.set_agreed(bit(GatherPaths::kAlltoallPlane, 3));
+  CHECK(q.agreed() == uint64_t{1} << 31);
+  const std::vector<bool> ways = feed(q, GatherPaths::kAlltoallPlane, 64 * kMin, 40, 1e-9, 1e-9);
+  for (int i = 0; i < 40; ++i) {
+    const bool explore = i == 2 || i == 3 || i % GatherPaths::kExplorePeriod == 1;
+    CHECK(ways[static_cast<size_t>(i)] == !explore);
+  }
 }
 
 TEST_CASE("gather paths: a forced way on every call, whatever the votes", "[gather_paths]") {
@@ -177,10 +214,11 @@ TEST_CASE("gather paths: a forced way on every call, whatever the votes", "[gath
     GatherPaths p;
     p.enable(kMin, 0, GatherPaths::kGatherKinds | GatherPaths::kMpiKinds);
     p.force(way);
-    p.set_agreed(way ? 0u : ~0u);  // the opposite of the forced way everywhere
+    p.set_agreed(way ? 0u : ~uint64_t{0});  // the opposite of the forced way everywhere
     for (int i = 0; i < 70; ++i) {
       CHECK(p.second_way(GatherPaths::kReducescatter, 4 * kMin) == (way == 1));
       CHECK(p.second_way(GatherPaths::kAllgather, kMin) == (way == 1));
+      CHECK(p.second_way(GatherPaths::kAlltoallPlane, 64 * kMin) == (way == 1));
     }
   }
 }

@@ -49,18 +49,20 @@ void GatherPaths::fold_slowest(const Costs& peer, Costs* slowest) {
   }
 }
 
-uint32_t GatherPaths::votes(const Costs& slowest) {
-  uint32_t enabled_bits = 0;
+uint64_t GatherPaths::votes(const Costs& slowest) {
+  uint64_t enabled_bits = 0;
   for (int k = 0; k < kKinds; ++k) {
-    if ((kinds_ >> k) & 1u) enabled_bits |= ((1u << kBands) - 1) << bit(static_cast<Kind>(k), 0);
+    if ((kinds_ >> k) & 1u) {
+      enabled_bits |= ((uint64_t{1} << kBands) - 1) << bit(static_cast<Kind>(k), 0);
+    }
   }
   if (test_state_ != 0) {  // xorshift64: a different mask each cycle, different per seed
     test_state_ ^= test_state_ << 13;
     test_state_ ^= test_state_ >> 7;
     test_state_ ^= test_state_ << 17;
-    return static_cast<uint32_t>(test_state_) & enabled_bits;
+    return test_state_ & enabled_bits;
   }
-  uint32_t v = 0;
+  uint64_t v = 0;
   for (int k = 0; k < kKinds; ++k) {
     if (!((kinds_ >> k) & 1u)) continue;
     // The second way replaces the first only for a clear gain, and gives way as soon as the
@@ -75,7 +77,7 @@ uint32_t GatherPaths::votes(const Costs& slowest) {
       }
       const int i = bit(static_cast<Kind>(k), b);
       const bool in_use = (agreed_ >> i) & 1u;
-      if (in_use ? second <= first : second * gain < first) v |= 1u << i;
+      if (in_use ? second <= first : second * gain < first) v |= uint64_t{1} << i;
     }
   }
   return v;

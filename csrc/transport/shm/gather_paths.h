@@ -8,8 +8,9 @@
 //  - allreduce, reducescatter (shm_transport.cc): the shm fold (shm_allreduce.h), or the MPI
 //    data plane under the shm transport (Open MPI's own shared-memory transport; offered only
 //    where the set's data plane is MPI: Gloo's is TCP, never faster than the segments);
-//  - broadcast, once more (shm_transport.cc): through the segments (by the way kBroadcast
-//    chooses) or by MPI, as the reductions.
+//  - broadcast, allgather, alltoall, once more (shm_transport.cc): through the segments (by
+//    the way kBroadcast, kAllgather or kAlltoall chooses) or by MPI, as the reductions. These
+//    only move bytes: MPI gives the same result at any size of set and in any dtype.
 // Which is faster depends on the machine and, on a VM, on the moment: on the benchmark VM two
 // copies run at 0.4-0.9x raw MPI most of the time and at 1.5-5.5x for stretches of seconds to
 // minutes, while single copies stay at 0.8-1.3x throughout (docs/benchmarks-history.md, round
@@ -36,24 +37,29 @@ namespace hvd {
 class GatherPaths {
  public:
   /// kBroadcast, kAllgather, kAlltoall: two copies or one. kAllreduce, kReducescatter: the
-  /// fold or MPI. kBroadcastPlane: the segments (either copy way, as kBroadcast chooses) or MPI.
+  /// fold or MPI. kBroadcastPlane, kAllgatherPlane, kAlltoallPlane: the segments (either copy
+  /// way, as kBroadcast, kAllgather, kAlltoall choose) or MPI.
   enum Kind {
     kBroadcast = 0,
     kAllgather = 1,
     kAlltoall = 2,
     kAllreduce = 3,
     kReducescatter = 4,
-    kBroadcastPlane = 5
+    kBroadcastPlane = 5,
+    kAllgatherPlane = 6,
+    kAlltoallPlane = 7
   };
-  static constexpr int kKinds = 6;
+  static constexpr int kKinds = 8;
   /// Masks of kinds (bit `kind`) for enable(): the ones that choose between one copy and two,
   /// and the ones that choose between the segments and MPI.
   static constexpr uint32_t kGatherKinds = 0x7;
-  static constexpr uint32_t kMpiKinds = 0x38;
+  static constexpr uint32_t kMpiKinds = 0xf8;
   /// Size bands from the smallest size chosen: [m, 4m), [4m, 16m), [16m, 64m), [64m, ...).
   static constexpr int kBands = 4;
   /// Vote bits: bit kind * kBands + band is set for the second way (one copy, MPI).
   static constexpr int kVoteBits = kKinds * kBands;
+  static_assert(kVoteBits < 64, "the votes are a 64-bit word");
+  static constexpr uint64_t kVoteMask = (uint64_t{1} << kVoteBits) - 1;
   /// One call of every this many of a class takes the way not in use (and so do its calls 1-3,
   /// so that both ways are timed early; a way's first call is not counted).
   static constexpr uint64_t kExplorePeriod = 32;
@@ -110,19 +116,19 @@ class GatherPaths {
   static void fold_slowest(const Costs& peer, Costs* slowest);
 
   /// This rank's votes for the next cycle (a bit per class, kVoteBits bits; only the enabled
-  /// kinds' bits), from the
-  /// slowest rank's costs (costs() folded with every peer's by fold_slowest()).
-  uint32_t votes(const Costs& slowest);
+  /// kinds' bits), from the slowest rank's costs (costs() folded with every peer's by
+  /// fold_slowest()).
+  uint64_t votes(const Costs& slowest);
 
   /// The votes every rank agreed on in this cycle (the OR of every rank's votes()).
-  void set_agreed(uint32_t mask) { agreed_ = mask & ((1u << kVoteBits) - 1); }
-  uint32_t agreed() const { return agreed_; }
+  void set_agreed(uint64_t mask) { agreed_ = mask & kVoteMask; }
+  uint64_t agreed() const { return agreed_; }
 
   static int bit(Kind kind, int band) { return static_cast<int>(kind) * kBands + band; }
 
  private:
   int64_t min_bytes_ = 0;
-  uint32_t agreed_ = 0;
+  uint64_t agreed_ = 0;
   uint32_t kinds_ = 0;  // enable()'s kinds
   int forced_ = -1;     // force()
   uint64_t test_state_ = 0;

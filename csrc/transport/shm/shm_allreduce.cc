@@ -222,7 +222,7 @@ void ShmAllreduce::publish_path_costs() {
   }
 }
 
-uint32_t ShmAllreduce::path_votes() {
+uint64_t ShmAllreduce::path_votes() {
   if (!paths_.enabled()) return 0;
   // Recounted only after a timed call (every rank runs the same calls, so the peers' costs
   // moved then too): a cycle of small collectives pays one test of a flag.

@@ -82,7 +82,7 @@ class ShmAllreduce {
   /// rank's published costs), and the agreed votes come back (paths().set_agreed()) before
   /// the cycle's collectives run (ShmTransport).
   GatherPaths& paths() { return paths_; }
-  uint32_t path_votes();
+  uint64_t path_votes();
   /// Records a timed call that paths().second_way() placed (GatherPaths::record) and
   /// publishes this rank's costs for the peers' votes.
   void record_path(GatherPaths::Kind kind, int64_t bytes, bool second, double seconds) {
@@ -224,7 +224,7 @@ class ShmAllreduce {
   GatherPaths paths_;  // off unless enable_measured_paths()
   PeerWatch watch_;    // off unless make_shm_allreduce() turned it on
   bool costs_changed_ = false;  // a timed call since path_votes() last counted
-  uint32_t votes_ = 0;          // path_votes()'s last count
+  uint64_t votes_ = 0;          // path_votes()'s last count
 };
 
 }  // namespace hvd

@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors.
 #include "transport/shm/shm_transport.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -22,9 +23,8 @@ static_assert(GatherPaths::kVoteBits <= kTransportVoteBits,
 
 class ShmTransport : public Transport {
  public:
-  /// `mpi`: the MPI data plane's transport, for the allreduces, reducescatters and broadcasts
-  /// of at least `measured_min_bytes` that the measured paths send there (null: none;
-  /// gather_paths.h).
+  /// `mpi`: the MPI data plane's transport, for the collectives of at least
+  /// `measured_min_bytes` that the measured paths send there (null: none; gather_paths.h).
   ShmTransport(std::unique_ptr<ShmAllreduce> shm, int rank, int size, int64_t min_bytes,
                int64_t gather_max_bytes, std::unique_ptr<Transport> mpi, int64_t measured_min_bytes)
       : shm_(std::move(shm)),
@@ -50,21 +50,28 @@ class ShmTransport : public Transport {
       default: return false;
     }
   }
-  uint32_t path_votes() override { return shm_->path_votes(); }
-  void set_agreed_paths(uint32_t votes) override { shm_->paths().set_agreed(votes); }
+  uint64_t path_votes() override { return shm_->path_votes(); }
+  void set_agreed_paths(uint64_t votes) override { shm_->paths().set_agreed(votes); }
   void run(Batch& b) override {
-    // One compare for the calls below the measured sizes (every small allreduce).
+    // The reductions and broadcasts: one compare for the calls below the measured sizes
+    // (every small allreduce). An allgather's or alltoall's b.bytes is rank 0's share, which
+    // may be none of the call: those are sized by their longest block instead.
     if (b.bytes >= measured_min_bytes_) {
       switch (b.op) {
         case OpType::kAllreduce:
-          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kAllreduce);
+          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kAllreduce, b.bytes);
           break;
         case OpType::kReducescatter:
-          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kReducescatter);
+          if (mpi_same_bits(b.dtype)) return run_measured(b, GatherPaths::kReducescatter, b.bytes);
           break;
-        case OpType::kBroadcast: return run_measured(b, GatherPaths::kBroadcastPlane);
+        case OpType::kBroadcast: return run_measured(b, GatherPaths::kBroadcastPlane, b.bytes);
         default: break;
       }
+    }
+    // An allreduce's first test fails here.
+    if (b.op != OpType::kAllreduce && mpi_ &&
+        (b.op == OpType::kAllgather || b.op == OpType::kAlltoall)) {
+      return run_gather(b);
     }
     run_shm(b);
   }
@@ -107,11 +114,19 @@ class ShmTransport : public Transport {
     }
     b.done(std::move(out));
   }
-  /// Runs an allreduce, reducescatter or broadcast the way the measured paths choose for
-  /// `kind` (the segments or MPI), timing it for them. Both ways are synchronous: the outcome
-  /// is known on return.
-  void run_measured(Batch& b, GatherPaths::Kind kind) {
-    const int64_t bytes = b.bytes;
+  /// Runs an allgather or alltoall (with MPI at hand): the way the measured paths choose from
+  /// the measured sizes, through the segments below them. Out of line, so that run() stays a
+  /// few instructions for the small allreduces.
+  [[gnu::noinline]] void run_gather(Batch& b) {
+    const int64_t bytes = longest_times_ranks(b);
+    if (bytes < measured_min_bytes_) return run_shm(b);
+    const bool gather = b.op == OpType::kAllgather;
+    run_measured(b, gather ? GatherPaths::kAllgatherPlane : GatherPaths::kAlltoallPlane, bytes);
+  }
+  /// Runs `b` the way the measured paths choose for `kind` and `bytes` (the same on every
+  /// rank): the segments or MPI, timing it for them. Both ways are synchronous: the outcome is
+  /// known on return.
+  void run_measured(Batch& b, GatherPaths::Kind kind, int64_t bytes) {
     const bool mpi = shm_->paths().second_way(kind, bytes);
     bool ok = false;
     std::function<void(BatchOutcome)> done = std::move(b.done);
@@ -136,6 +151,14 @@ class ShmTransport : public Transport {
   /// more would differ in their last bits, and with them a run resumed from a checkpoint.
   bool mpi_same_bits(DataType dtype) const { return size_ == 2 || !is_floating_point(dtype); }
   bool gather_sized(int64_t bytes) const { return bytes <= gather_max_bytes_; }
+  /// Allgather, alltoall: the longest block times the ranks, the size by which the segments'
+  /// ways are chosen too (ShmAllreduce::allgatherv, alltoallv); the same on every rank.
+  int64_t longest_times_ranks(const Batch& b) const {
+    const int64_t longest = b.op == OpType::kAllgather
+                                ? *std::max_element(b.rank_bytes.begin(), b.rank_bytes.end())
+                                : alltoall_longest_block(b);
+    return saturating_mul(longest, static_cast<int64_t>(size_));
+  }
   /// Allgather, alltoall: the bytes a member contributes on average (the same on every rank).
   int64_t bytes_per_rank(const Batch& b) const {
     const int64_t row = row_elements(b.shape) * static_cast<int64_t>(dtype_size(b.dtype));
@@ -257,9 +280,8 @@ std::unique_ptr<Transport> make_shm_transport(const TransportContext& ctx) {
     }
     return nullptr;
   }
-  // Large allreduces, reducescatters and broadcasts may go to MPI instead, by measurement:
-  // where the data plane is MPI (the same answer on every rank). Gloo's plane is TCP: not
-  // offered there.
+  // Large collectives may go to MPI instead, by measurement: where the data plane is MPI (the
+  // same answer on every rank). Gloo's plane is TCP: not offered there.
   std::unique_ptr<Transport> mpi;
   if (config.shm_measured_min_bytes > 0) {
     std::unique_ptr<DataPlane> plane;

@@ -9,10 +9,11 @@
 // Reduces the tensors where they are: no fusion buffer, Average/postscale applied while the
 // result is written; reducescatters never copy their input for a prescale.
 //
-// Allreduces, reducescatters and broadcasts of at least HOROVOD_CPP_SHM_MEASURED_MIN_BYTES
-// run either through the segments or through the MPI data plane under this transport, as the
-// measured paths choose, agreed by every rank (gather_paths.h); reductions of floats only at
-// two ranks, where MPI's result has the rank-order fold's bits.
+// Collectives of at least HOROVOD_CPP_SHM_MEASURED_MIN_BYTES (allgathers and alltoalls: their
+// longest block times the ranks) run either through the segments or through the MPI data
+// plane under this transport, as the measured paths choose, agreed by every rank
+// (gather_paths.h); reductions of floats only at two ranks, where MPI's result has the
+// rank-order fold's bits.
 #pragma once
 
 #include <memory>
