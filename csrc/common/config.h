@@ -63,11 +63,13 @@ struct Config {
   /// round eleven): single copies are for machines where they do not.
   int64_t shm_single_copy_bytes = 0;
   int64_t shm_single_copy_max_bytes = 256 * 1024;
-  /// HOROVOD_CPP_SHM_MEASURED_MIN_BYTES (default 256 KiB; 0 = off): broadcasts, allgathers
-  /// and alltoalls of at least this many bytes (allgather, alltoall: the longest block times
-  /// the ranks) outside the fixed single-copy window choose between two copies and one by
-  /// measurement, agreed by every rank each cycle (transport/shm/gather_paths.h), when every
-  /// rank can read its peers' memory.
+  /// HOROVOD_CPP_SHM_MEASURED_MIN_BYTES (default 256 KiB; 0 = off): collectives of at least
+  /// this many bytes (allgather, alltoall: the longest block times the ranks) choose their way
+  /// by measurement, agreed by every rank each cycle (transport/shm/gather_paths.h): broadcasts,
+  /// allgathers and alltoalls between two copies and one (when every rank can read its peers'
+  /// memory, outside the fixed single-copy window), and every one of them, allreduce and
+  /// reducescatter too, between the shm segments and the MPI data plane (MPI controller only;
+  /// reductions only where MPI gives the same bits: 2 ranks or integers).
   int64_t shm_measured_min_bytes = 256 * 1024;
   /// HOROVOD_CPP_TEST_SHM_PATH_VOTES (default 0, testing only): the measured paths' votes are
   /// pseudo-random and different on every rank every cycle, so that only the agreement keeps
