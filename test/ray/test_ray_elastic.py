@@ -165,6 +165,33 @@ def test_min_workers_not_met_fails_clearly(ray_cluster):
     assert time.monotonic() - t0 < 30
 
 
+def env_size_and_sum():
+    """In a worker: the variable passed by env_vars, the job's size and an allreduce of ones."""
+    import horovod_cpp as hvd
+
+    hvd.init()
+    total = float(hvd.allreduce(np.ones(1), op=hvd.Sum, name="older_names.sum")[0])
+    out = (os.environ.get("HVD_RAY_OLDER_NAMES"), hvd.size(), total)
+    hvd.shutdown()
+    return out
+
+
+def test_horovods_older_names_cpus_per_slot_and_env_vars(ray_cluster):
+    """Horovod's examples/ray build ElasticRayExecutor(settings, use_gpu=..., cpus_per_slot=2):
+    the older names size the slots, and env_vars reaches every worker."""
+    with pytest.raises(ValueError, match="give cpus_per_worker or cpus_per_slot"):
+        ElasticRayExecutor(settings(), cpus_per_worker=1, cpus_per_slot=1)
+    ex = ElasticRayExecutor(settings(elastic_timeout=30), cpus_per_slot=2,
+                            env_vars={"HVD_RAY_OLDER_NAMES": "7"})
+    ex.start()
+    try:
+        results = ex.run(env_size_and_sum)
+    finally:
+        ex.shutdown()
+    n = NUM_CPUS // 2  # slots of 2 CPUs on the cluster's NUM_CPUS
+    assert results == [("7", n, float(n))] * n, results
+
+
 def run_nodes_driver(scenario):
     """elastic_nodes_driver.py's scenario: its JSON line, checked with check_job, and the
     committed sizes."""

@@ -65,7 +65,12 @@ class ElasticRayExecutor:
     nodes that join grow it. `reset_limit` bounds the membership changes.
 
     `override_discovery` is Horovod's flag for using Ray's nodes as the host list; it must be
-    True (the only discovery this executor has)."""
+    True (the only discovery this executor has).
+
+    The names of Horovod's older ElasticRayExecutor are taken too (its examples under
+    examples/ray use them): `cpus_per_slot` and `gpus_per_slot` for `cpus_per_worker` and
+    `gpus_per_worker`, and `env_vars` for variables added to every worker's environment (as
+    `start(extra_env_vars)`)."""
 
     #: How often the driver lists Ray's nodes (seconds).
     discovery_interval_s = 1.0
@@ -85,9 +90,19 @@ class ElasticRayExecutor:
                                min_np=min_np, max_np=max_np, reset_limit=reset_limit,
                                elastic_timeout_s=elastic_timeout)
 
-    def __init__(self, settings, min_workers=None, max_workers=None, cpus_per_worker=1,
+    def __init__(self, settings, min_workers=None, max_workers=None, cpus_per_worker=None,
                  use_gpu=False, gpus_per_worker=None, override_discovery=True,
-                 reset_limit=None, cooldown_range=None):
+                 reset_limit=None, cooldown_range=None, cpus_per_slot=None,
+                 gpus_per_slot=None, env_vars=None):
+        for new_name, new, old_name, old in (("cpus_per_worker", cpus_per_worker,
+                                              "cpus_per_slot", cpus_per_slot),
+                                             ("gpus_per_worker", gpus_per_worker,
+                                              "gpus_per_slot", gpus_per_slot)):
+            if new is not None and old is not None:
+                raise ValueError(f"ElasticRayExecutor: give {new_name} or {old_name} (Horovod's "
+                                 f"older name), not both")
+        cpus_per_worker = next((v for v in (cpus_per_worker, cpus_per_slot) if v is not None), 1)
+        gpus_per_worker = gpus_per_worker if gpus_per_worker is not None else gpus_per_slot
         if not override_discovery:
             raise ValueError("ElasticRayExecutor: override_discovery=False is not supported: "
                              "the hosts are Ray's alive nodes")
@@ -118,6 +133,7 @@ class ElasticRayExecutor:
                                ready_timeout=op_timeout + 10.0)
         self._store = None
         self._secret = None
+        self._env_vars = dict(env_vars or {})
         self._extra_env = {}
         self._actors = {}  # wid -> actor handle, while it should run
         self._done = {}  # done ref -> wid
@@ -134,7 +150,7 @@ class ElasticRayExecutor:
         environment."""
         if self._store is not None:
             raise RuntimeError("ElasticRayExecutor.start(): already started")
-        self._extra_env = dict(extra_env_vars or {})
+        self._extra_env = dict(self._env_vars, **(extra_env_vars or {}))
         # The workers' op timeout (how soon survivors notice a loss) sets the ready timeout,
         # as under hvdrun.
         env = dict(os.environ, **self._extra_env)
