@@ -31,7 +31,7 @@ WORKER = os.path.join(HERE, "elastic_worker.py")
 sys.path.insert(0, HERE)
 import elastic_worker as ew  # noqa: E402
 from test_gloo_launch import fake_agent  # noqa: E402
-from test_hvdrun import hvdrun_cmd  # noqa: E402
+from test_hvdrun import hvdrun_cmd, run_hvdrun  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not horovod_cpp.gloo_built() or not hasattr(_C, "elastic_hosts_updated"),
@@ -357,3 +357,32 @@ def _pid_with_env(entry, ancestor):
         if pid == ancestor:
             return int(name)
     raise AssertionError(f"no process under {ancestor} has {entry}")
+
+
+PLACE_PROGRAM = """
+import os, horovod_cpp as hvd
+hvd.init()
+e = os.environ
+print("PLACE", e["HOROVOD_CPP_WORKER_ID"], e.get("HOROVOD_RANK"), e.get("HOROVOD_SIZE"),
+      e.get("HOROVOD_LOCAL_RANK"), e.get("HOROVOD_CROSS_SIZE"), hvd.rank(), hvd.size(),
+      hvd.local_rank(), flush=True)
+hvd.shutdown()
+"""
+
+
+def test_workers_get_the_place_they_were_started_in(tmp_path):
+    """As under Horovod's driver, an elastic worker's environment holds the place it was
+    started in (HOROVOD_RANK, ...: programs read them, e.g. Horovod's examples/ray); the
+    library's rank() and size() agree with them in the generation the worker starts in."""
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:3\n")
+    script.chmod(0o755)
+    out = run_hvdrun(["-np", "3", "--min-np", "2", "--host-discovery-script", str(script),
+                      sys.executable, "-c", PLACE_PROGRAM], timeout=JOB_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    rows = [ln.split("PLACE ", 1)[1].split() for ln in out.stdout.splitlines() if "PLACE " in ln]
+    assert len(rows) == 3, out.stdout
+    for wid, env_rank, env_size, env_local, env_cross_size, rank, size, local in rows:
+        assert (env_rank, env_size, env_local) == (rank, size, local) and size == "3", rows
+        assert env_cross_size == "1", rows
+    assert sorted(r[5] for r in rows) == ["0", "1", "2"], rows

@@ -294,6 +294,7 @@ class ElasticRayExecutor:
         settings.setdefault("HOROVOD_CPP_ABORT_GRACE_SECONDS", "0")
         env = elastic_driver.worker_env(cmd.wid, cmd.host, self._store.address[0],
                                         self._store.port, self._secret, settings, self._rs)
+        env.update(elastic_driver.start_env(self.rounds.place_of(cmd.wid)))
         actor = ray.remote(Worker).options(
             num_cpus=self._cpus, num_gpus=self._gpus, max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(self._node_of[cmd.host],

@@ -18,7 +18,8 @@ import time
 
 from . import (discovery, elastic_rounds as er, gloo_launch, rendezvous, supervise)
 
-#: Variables of a fixed place, never given to an elastic worker (its place is in the store).
+#: Variables of a place. An elastic worker takes its place from the store at every init; these
+#: variables, as Horovod's driver sets them, only say where it was started (start_env).
 PLACE_VARS = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
               "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
 #: How often the driver looks at its workers, the store and discovery.
@@ -64,6 +65,14 @@ def worker_env(wid, host, store_addr, store_port, secret, settings, rounds_s):
     return env
 
 
+def start_env(place):
+    """The place variables of a worker started into `place` (its generation's rank, size, ...),
+    as Horovod gives them to every worker it starts: programs read them (e.g. HOROVOD_RANK to
+    pick a rank's data directory). They never change in a running process; the library's
+    rank() and size() follow the membership."""
+    return gloo_launch.place_env(place)
+
+
 class Driver:
     """One elastic job. `hosts_source`: discovery.FixedHosts or ScriptDiscovery (started);
     `is_local(host)`: whether a host is this machine; `log(msg)`: stderr by default."""
@@ -93,6 +102,7 @@ class Driver:
     def _spec(self, cmd):
         env = worker_env(cmd.wid, cmd.host, self.store_addr, self.store.port, self.secret,
                          self.settings, self.rs)
+        env.update(start_env(self.rounds.place_of(cmd.wid)))
         place = gloo_launch.Place(cmd.wid, None, cmd.slot, None, None, None, cmd.host)
         if self.is_local(cmd.host):
             full = {k: v for k, v in self.environ.items() if k not in PLACE_VARS}

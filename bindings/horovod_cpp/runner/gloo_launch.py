@@ -94,6 +94,15 @@ def job_settings(args):
     return out
 
 
+def place_env(place):
+    """HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _CROSS_RANK, _CROSS_SIZE of `place`."""
+    return {"HOROVOD_RANK": str(place.rank), "HOROVOD_SIZE": str(place.size),
+            "HOROVOD_LOCAL_RANK": str(place.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(place.local_size),
+            "HOROVOD_CROSS_RANK": str(place.cross_rank),
+            "HOROVOD_CROSS_SIZE": str(place.cross_size)}
+
+
 def worker_env(place, store_addr, store_port, secret, settings):
     """The contract's variables for one worker, on top of the job's settings."""
     env = dict(settings)
@@ -101,15 +110,10 @@ def worker_env(place, store_addr, store_port, secret, settings):
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": store_addr,
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(store_port),
         "HOROVOD_CPP_RENDEZVOUS_SECRET": secret,
-        "HOROVOD_RANK": str(place.rank),
-        "HOROVOD_SIZE": str(place.size),
-        "HOROVOD_LOCAL_RANK": str(place.local_rank),
-        "HOROVOD_LOCAL_SIZE": str(place.local_size),
-        "HOROVOD_CROSS_RANK": str(place.cross_rank),
-        "HOROVOD_CROSS_SIZE": str(place.cross_size),
         "HOROVOD_HOSTNAME": place.host,
         "HOROVOD_CPP_WORKER_ID": worker_id(place),
     })
+    env.update(place_env(place))
     return env
 
 
