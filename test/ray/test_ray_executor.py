@@ -172,6 +172,25 @@ def test_places_follow_the_actors_nodes(ray_cluster):
     assert seen == [f"{places[0].host}:{r}" for r in range(3)]
 
 
+def test_horovods_older_names_num_slots_and_cpus_per_slot(ray_cluster):
+    """Horovod's examples/ray build RayExecutor(settings, num_hosts=..., num_slots=...,
+    cpus_per_slot=...): the older names mean num_workers_per_host and cpus_per_worker."""
+    with pytest.raises(ValueError, match="give num_workers_per_host or num_slots"):
+        RayExecutor(settings(), num_hosts=1, num_workers_per_host=2, num_slots=2)
+    with pytest.raises(ValueError, match="give gpus_per_worker or gpus_per_slot"):
+        RayExecutor(settings(), num_workers=1, use_gpu=True, gpus_per_worker=1, gpus_per_slot=1)
+    ex = RayExecutor(settings(), num_hosts=1, num_slots=2, cpus_per_slot=2)
+    assert ex.num_workers == 2
+    ex.start()
+    try:
+        places = ex.places
+        cpus = ex.run(lambda: __import__("ray").get_runtime_context().get_assigned_resources())
+    finally:
+        ex.shutdown()
+    assert [(p.rank, p.local_rank, p.local_size) for p in places] == [(0, 0, 2), (1, 1, 2)]
+    assert [c.get("CPU") for c in cpus] == [2.0, 2.0], cpus
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_digits_job(ray_cluster, n):
     ex = RayExecutor(settings(), num_workers=n)

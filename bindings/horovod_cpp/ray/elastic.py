@@ -30,7 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ..runner import elastic_driver, elastic_rounds as er, gloo_launch
 from ..runner.rendezvous import StoreServer
 from . import placement
-from .executor import Settings
+from .executor import Settings, older_name
 from .worker import Worker
 
 
@@ -94,15 +94,10 @@ class ElasticRayExecutor:
                  use_gpu=False, gpus_per_worker=None, override_discovery=True,
                  reset_limit=None, cooldown_range=None, cpus_per_slot=None,
                  gpus_per_slot=None, env_vars=None):
-        for new_name, new, old_name, old in (("cpus_per_worker", cpus_per_worker,
-                                              "cpus_per_slot", cpus_per_slot),
-                                             ("gpus_per_worker", gpus_per_worker,
-                                              "gpus_per_slot", gpus_per_slot)):
-            if new is not None and old is not None:
-                raise ValueError(f"ElasticRayExecutor: give {new_name} or {old_name} (Horovod's "
-                                 f"older name), not both")
-        cpus_per_worker = next((v for v in (cpus_per_worker, cpus_per_slot) if v is not None), 1)
-        gpus_per_worker = gpus_per_worker if gpus_per_worker is not None else gpus_per_slot
+        cpus_per_worker = older_name("ElasticRayExecutor", "cpus_per_worker", cpus_per_worker,
+                                     "cpus_per_slot", cpus_per_slot, 1)
+        gpus_per_worker = older_name("ElasticRayExecutor", "gpus_per_worker", gpus_per_worker,
+                                     "gpus_per_slot", gpus_per_slot, None)
         if not override_discovery:
             raise ValueError("ElasticRayExecutor: override_discovery=False is not supported: "
                              "the hosts are Ray's alive nodes")

@@ -88,6 +88,16 @@ def _first_line(err):
     return text.splitlines()[0] if text else ""
 
 
+def older_name(who, name, value, old_name, old_value, default):
+    """The value of keyword `name`, which Horovod's older API called `old_name`: whichever of
+    the two was given (not both), else `default`."""
+    if value is not None and old_value is not None:
+        raise ValueError(f"{who}: give {name} or {old_name} (Horovod's older name), not both")
+    if value is not None:
+        return value
+    return old_value if old_value is not None else default
+
+
 class RayExecutor:
     """A horovod_cpp job on Ray: `num_workers` actors, or `num_hosts` nodes with
     `num_workers_per_host` actors each, each actor reserving `cpus_per_worker` CPUs and, with
@@ -108,9 +118,18 @@ class RayExecutor:
         return Settings(timeout_s=timeout_s, placement_group_timeout_s=placement_group_timeout_s,
                         nics=nics, ssh_identity_file=ssh_identity_file, ssh_str=ssh_str)
 
-    def __init__(self, settings, num_workers=None, num_hosts=None, num_workers_per_host=1,
-                 cpus_per_worker=1, use_gpu=False, gpus_per_worker=None,
-                 placement_group_timeout_s=None):
+    def __init__(self, settings, num_workers=None, num_hosts=None, num_workers_per_host=None,
+                 cpus_per_worker=None, use_gpu=False, gpus_per_worker=None,
+                 placement_group_timeout_s=None, num_slots=None, cpus_per_slot=None,
+                 gpus_per_slot=None):
+        # Horovod's older names (its examples/ray use them): num_slots, cpus_per_slot,
+        # gpus_per_slot.
+        num_workers_per_host = older_name("RayExecutor", "num_workers_per_host",
+                                          num_workers_per_host, "num_slots", num_slots, 1)
+        cpus_per_worker = older_name("RayExecutor", "cpus_per_worker", cpus_per_worker,
+                                     "cpus_per_slot", cpus_per_slot, 1)
+        gpus_per_worker = older_name("RayExecutor", "gpus_per_worker", gpus_per_worker,
+                                     "gpus_per_slot", gpus_per_slot, None)
         if (num_workers is None) == (num_hosts is None):
             raise ValueError("RayExecutor: give num_workers, or num_hosts (with "
                              "num_workers_per_host), not both and not neither")
