@@ -14,7 +14,8 @@ synchronous steps). flush() at the end of each epoch makes the weights identical
 On GPUs (--cuda), as Horovod's recipe has it: each process pins the GPU of its local rank
 (torch.cuda.set_device), the model and data live there, and the gradients are averaged by
 NCCL. --adasum uses Horovod's Adasum optimizer instead of averaging: each rank's local update
-is combined with Adasum (DistributedOptimizer(op=hvd.Adasum)), at the single-worker learning rate (no scaling by the number of ranks; docs/training.md, "Adasum").
+is combined with Adasum (DistributedOptimizer(op=hvd.Adasum)), at the single-worker learning
+rate (no scaling by the number of ranks; docs/training.md, "Adasum").
 --checkpoint PATH: rank 0 alone saves the model and optimizer state after every epoch.
 The run exits non-zero unless the test accuracy reaches --min-accuracy and the weights are
 identical on every rank.
