@@ -18,10 +18,22 @@ namespace hvd {
 Runtime::Runtime() = default;
 
 Status Runtime::create(const InitOptions& options, std::unique_ptr<Runtime>* out) {
-  std::unique_ptr<Runtime> rt(new Runtime());
-  HVD_RETURN_IF_ERROR(rt->start(options));
-  *out = std::move(rt);
-  return Status::OK();
+  for (;;) {
+    std::unique_ptr<Runtime> rt(new Runtime());
+    Status st = rt->start(options);
+    if (st.ok()) {
+      *out = std::move(rt);
+      return Status::OK();
+    }
+    // An elastic membership that lost a member while it was being set up (its world
+    // connected, then an agreement or a set's connect failed): this worker announces itself
+    // for the next membership, which the driver forms without the lost one. Each pass waits
+    // for a new assignment; the driver's end or HOROVOD_ELASTIC_TIMEOUT ends the loop.
+    if (!rt->joined_elastic_ || st.code() != ErrorCode::kInternal) return st;
+    HVD_LOG(kWarning) << "elastic generation " << rt->elastic_generation_
+                      << " lost a member while it was set up, waiting for the next one: "
+                      << st.message();
+  }
 }
 
 Status Runtime::start(const InitOptions& options) {
@@ -31,6 +43,8 @@ Status Runtime::start(const InitOptions& options) {
   set_host_buffer_cache_limit(config_.buffer_cache_bytes);
   set_host_buffer_huge_pages(config_.huge_pages);
   HVD_RETURN_IF_ERROR(make_world(options, &world_));
+  joined_elastic_ = world_->elastic();
+  elastic_generation_ = world_->elastic_generation();
   set_log_rank(world_->rank());
   // Started before the agreement, which tells every rank whether rank 0 could open it.
   timeline_ = std::make_unique<Timeline>(world_->rank());

@@ -60,6 +60,10 @@ class Runtime {
 
   Config config_;
   std::unique_ptr<World> world_;
+  /// Set by start() once an elastic driver's membership connected (its generation): a later
+  /// failure of start() there is a lost member, which create() answers by joining the next.
+  bool joined_elastic_ = false;
+  int64_t elastic_generation_ = 0;
   std::unique_ptr<Timeline> timeline_;
   std::mutex collective_mu_;    // serializes the world's collectives (sets, hosts_updated)
   mutable std::mutex sets_mu_;  // never held across MPI calls

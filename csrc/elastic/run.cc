@@ -17,10 +17,11 @@ void reset(State& state) {
 
 void run(State& state, const std::function<void(State&)>& fn) {
   for (;;) {
-    // Every pass starts from rank 0's state: after a failure rank 0 (a survivor, numbered
-    // first) holds the last commit; new workers have nothing else.
-    state.sync();
     try {
+      // Every pass starts from rank 0's state: after a failure rank 0 (a survivor, numbered
+      // first) holds the last commit; new workers have nothing else. A sync that loses a
+      // peer is handled as a failure inside fn (as in Python).
+      state.sync();
       fn(state);
       return;
     } catch (const InternalError&) {

@@ -54,6 +54,8 @@ class World {
   }
   /// The generation of the elastic assignment this World runs (0 when not elastic).
   virtual int64_t elastic_generation() const { return 0; }
+  /// Whether this World is a membership given by an elastic driver (HOROVOD_ELASTIC=1).
+  virtual bool elastic() const { return false; }
 };
 
 /// The job's World (transport/factory/mpi_world.cc): over Gloo when HOROVOD_GLOO=1 or

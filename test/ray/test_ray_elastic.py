@@ -214,6 +214,11 @@ def test_node_lost_job_goes_on():
     # Both nodes' workers until the second node's raylet is killed, the head's 2 after.
     assert sizes[:MARK_STEP] == [4] * MARK_STEP and sizes[-1] == 2, sizes
     assert sizes == sorted(sizes, reverse=True), sizes
+    # A worker of the lost node may announce itself for generation 1 before its process goes
+    # (Ray reports its death later): generation 1 is then given up for one without it.
     generations = out["generations"]
-    assert [len(ws) for _, ws in generations] == [4, 2], generations
-    assert len(out["results"]) == 2 and set(generations[1][1]) < set(generations[0][1])
+    counts = [len(ws) for _, ws in generations]
+    assert counts[0] == 4 and counts[-1] == 2 and counts == sorted(counts, reverse=True), \
+        generations
+    assert len(out["results"]) == 2 and set(generations[-1][1]) < set(generations[0][1])
+    assert sorted(r[0] for r in out["results"]) == sorted(generations[-1][1])

@@ -3,6 +3,7 @@ harness plays hvdrun's elastic driver.
 
     elastic_core_worker.py init      init() once: INIT_OK size=N generation=G, or
                                      INIT_ERROR <exception type>: <message> (exit 3)
+    elastic_core_worker.py init_sum  the same, then 3 checked allreduces before INIT_OK
     elastic_core_worker.py loop      allreduce loop with hvd elastic_hosts_updated() each step,
                                      until a peer is lost; then shutdown(), init() and a few
                                      checked allreduces at the new membership
@@ -23,12 +24,14 @@ from horovod_cpp import _C
 from gloo_fault_worker import checked_allreduce
 
 
-def init_only():
+def init_only(allreduces=0):
     try:
         hvd.init()
     except Exception as e:  # the test checks the type and the message
         print(f"INIT_ERROR {type(e).__name__}: {e}", flush=True)
         sys.exit(3)
+    for s in range(allreduces):
+        checked_allreduce(s)
     print(f"INIT_OK size={hvd.size()} generation={_C.elastic_generation()}", flush=True)
     hvd.shutdown()
 
@@ -65,4 +68,9 @@ def loop(max_seconds=120.0):
 
 
 if __name__ == "__main__":
-    init_only() if sys.argv[1] == "init" else loop()
+    if sys.argv[1] == "init":
+        init_only()
+    elif sys.argv[1] == "init_sum":
+        init_only(allreduces=3)
+    else:
+        loop()

@@ -173,3 +173,52 @@ def test_hosts_updated_agrees_and_a_lost_peer_leaves_the_survivors_to_reinit():
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         store.stop()
+
+
+@pytest.mark.parametrize("one_host", [False, True], ids=["three_hosts", "one_host"])
+def test_generation_that_loses_a_member_while_connecting_is_given_up_then_the_next_joins(
+        one_host):
+    """The driver counted node2:0 into generation 0, then heard that it died before it
+    connected (under Ray: its node went down). The members waiting for it in the connect stop
+    when the driver sets elastic/abort/0, announce ready/<id>/1 in the same init() call, and
+    that init() returns in generation 1, where allreduces are right."""
+    secret = gloo_launch.new_secret()
+    store = rendezvous.StoreServer(secret).start()
+    places = place_list(3, one_host)
+    ids = [f"node{i}:0" for i in range(3)] if not one_host else [f"node:{i}" for i in range(3)]
+    procs, lines = [], Lines()
+    try:
+        for wid, place in zip(ids, places):
+            store.set(f"assign/{wid}/0", gloo_launch.assignment(place))
+        for i, (wid, place) in enumerate(zip(ids[:2], places[:2])):  # ids[2] never comes
+            env = elastic_env(place, wid, store, secret, HOROVOD_GLOO_TIMEOUT_SECONDS="120",
+                              HOROVOD_ELASTIC_TIMEOUT="120")
+            p = subprocess.Popen([sys.executable, WORKER, "init_sum"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+            procs.append(p)
+            lines.follow(i, p.stdout)
+        for wid in ids[:2]:
+            assert store.get(f"ready/{wid}/0", 60) == b"1", wid
+        time.sleep(1.0)  # both wait in the connect for ids[2]
+        assert all(p.poll() is None for p in procs)
+        why = f"worker {ids[2]} on host {places[2].host} was killed by signal 9"
+        t_abort = time.monotonic()
+        store.set("elastic/abort/0", why)
+        for wid in ids[:2]:  # announced again within a poll, not the 120 s connect timeout
+            assert store.get(f"ready/{wid}/1", 20) == b"1", (wid, lines.seen)
+        assert time.monotonic() - t_abort < 20
+        warned = lines.wait_for(r"elastic generation 0 did not connect", 2, 10)
+        assert all(why in ln for _, _, ln in warned), warned
+        for wid, place in zip(ids[:2], place_list(2, one_host)):
+            store.set(f"assign/{wid}/1", gloo_launch.assignment(place, generation=1))
+        done = lines.wait_for(r"^INIT_OK", 2, 60)
+        assert sorted(ln for _, _, ln in done) == ["INIT_OK size=2 generation=1"] * 2
+        for p in procs:
+            assert p.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        store.stop()

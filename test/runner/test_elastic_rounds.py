@@ -76,7 +76,9 @@ def test_places_for_survivors_keep_host_order_of_first_appearance():
 
 def test_killed_worker_round_survivors_first_and_host_blacklisted():
     r, _ = start([("a", 2), ("b", 2)], np=4)
-    assert r.exited("a:1", -9, 1.0) == []  # survivors not ready yet
+    # Survivors not ready yet; members still connecting generation 0 are told to give it up.
+    assert r.exited("a:1", -9, 1.0) == [
+        er.SetKey("elastic/abort/0", "worker a:1 on host a was killed by signal 9")]
     assert r.blacklist.blocked("a", 1.0)
     assert r.ready("b:1", 2.0) == []
     assert r.ready("a:0", 2.5) == []
@@ -104,7 +106,10 @@ def test_late_member_is_dropped_after_the_ready_timeout_and_blacklisted():
     assert r.tick(24.9) == []
     cmds = r.tick(25.0)
     assert kinds(cmds, er.Terminate) == [er.Terminate("b:0"), er.Terminate("c:0")]
-    assert keys(cmds) == {"assign/a:0/1": "0,1,0,1,0,1,1"}
+    assert kinds(cmds, er.SetKey)[:2] == [
+        er.SetKey("elastic/abort/0", "worker b:0 on host b was not ready in time"),
+        er.SetKey("elastic/abort/0", "worker c:0 on host c was not ready in time")]
+    assert keys(kinds(cmds, er.SetKey)[2:]) == {"assign/a:0/1": "0,1,0,1,0,1,1"}
     assert r.blacklist.blocked("b", 25.0) and r.blacklist.blocked("c", 25.0)
     assert r.exited("b:0", -15, 26.0) == []  # its end is no new event
 
@@ -114,7 +119,9 @@ def test_failure_without_any_ready_survivor_still_ends_in_bounded_time():
     r.exited("a:0", 1, 0.0)
     assert r.tick(14.0) == []
     cmds = r.tick(15.0)
-    assert acts(cmds) == [er.Terminate("b:0")]  # then no worker: the min-np wait, said once
+    # Then no worker: the min-np wait, said once.
+    assert acts(cmds) == [er.Terminate("b:0"), er.SetKey(
+        "elastic/abort/0", "worker b:0 on host b was not ready in time")]
     assert kinds(cmds, er.Note) == [er.Note(
         "0 workers available, fewer than --min-np 1: waiting up to --elastic-timeout 5 s for "
         "hosts (hosts: a:1 blacklisted, b:1 blacklisted)")]
@@ -252,7 +259,33 @@ def test_failure_while_finishing_is_the_job_status():
 
 def test_everyone_failing_restarts_on_remaining_hosts():
     r, _ = start([("a", 1), ("b", 1), ("c", 1)], np=2)
-    assert r.exited("a:0", 1, 1.0) == []  # b may still come to the round
+    # b may still come to the round.
+    assert acts(r.exited("a:0", 1, 1.0)) == [
+        er.SetKey("elastic/abort/0", "worker a:0 on host a exited with status 1")]
     cmds = r.exited("b:0", 1, 1.0)  # no member runs: the round forms at once on c
     assert kinds(cmds, er.Start) == [er.Start("c:0", "c", 0)]
-    assert keys(cmds) == {"assign/c:0/0": "0,1,0,1,0,1,1"}
+    assert keys(cmds) == {"elastic/abort/0": "worker b:0 on host b exited with status 1",
+                          "assign/c:0/0": "0,1,0,1,0,1,1"}
+
+
+def test_member_lost_while_its_generation_connects_is_given_up_and_the_next_forms():
+    """A worker that announced itself and then died (its node lost: the driver hears of it
+    late) is counted into generation 1; when its death is reported, generation 1 is given up
+    (abort key), its other members announce themselves again and generation 2 forms without
+    it, on the hosts that remain."""
+    r, _ = start([("a", 2), ("b", 2)])
+    assert keys(r.exited("b:1", -9, 1.0)) == {
+        "elastic/abort/0": "worker b:1 on host b was killed by signal 9"}
+    for w in ("a:0", "a:1"):
+        r.ready(w, 1.5)
+    cmds = r.ready("b:0", 1.6)  # b:0 announced itself before it went too
+    assert r.generation == 1 and r.members == ["a:0", "a:1", "b:0"]
+    assert keys(r.exited("b:0", -9, 5.0)) == {
+        "elastic/abort/1": "worker b:0 on host b was killed by signal 9"}
+    # The survivors gave generation 1 up (their connect saw the abort key) and announce
+    # themselves again: their next init is their third (ready/<id>/2).
+    assert r.ready_keys() == [("a:0", "ready/a:0/2"), ("a:1", "ready/a:1/2")]
+    assert r.ready("a:0", 5.3) == []
+    cmds = r.ready("a:1", 5.3)
+    assert keys(cmds) == {"assign/a:0/2": "0,2,0,2,0,1,2", "assign/a:1/2": "1,2,1,2,0,1,2"}
+    assert kinds(cmds, er.Start) == [] and r.generation == 2

@@ -5,7 +5,8 @@ Pure: no process, no socket, no clock and no randomness of its own (time comes i
 the cooldown's randomness from the `rng` given). The driver (elastic_driver.py, or a Ray
 executor) feeds it events and carries out the commands it returns, in order:
 
-    SetKey(key, value)        write a store key (assignments, `end,<reason>`, hosts_updated)
+    SetKey(key, value)        write a store key (assignments, `end,<reason>`, hosts_updated,
+                              abort)
     Start(wid, host, slot)    start a new worker (its `assign/<wid>/0` was set just before)
     Terminate(wid)            stop a worker (SIGTERM, then SIGKILL)
     Finish(rc, message)       the job is over with this exit status (message: why, or "")
@@ -84,6 +85,12 @@ def ready_key(wid, n):
 
 def assign_key(wid, n):
     return f"assign/{wid}/{n}"
+
+
+def abort_key(generation):
+    """Set (to the reason) when a member of `generation` is lost: the workers still connecting
+    that membership stop waiting for the lost one and announce themselves for the next."""
+    return f"elastic/abort/{generation}"
 
 
 def hosts_updated_key(generation):
@@ -188,9 +195,8 @@ class Rounds:
         if self._finishing:
             self._failure = self._failure or (128 - rc if rc < 0 else rc, msg)
             return self._form(now)
-        if in_gen:
-            self._trigger(now)
-        return self._form(now)
+        out = self._trigger(now, msg) if in_gen else []
+        return out + self._form(now)
 
     def ready(self, wid, now):
         """The store holds ready_key(wid, n + 1): the worker waits for its next assignment."""
@@ -216,12 +222,15 @@ class Rounds:
         return out + self._form(now)
 
     # ---- internals -------------------------------------------------------------------------
-    def _trigger(self, now):
+    def _trigger(self, now, why):
         """A member failed or was removed: survivors learn of it within the op timeout, so
-        the ready timeout runs from now (no wait without bound if none comes)."""
+        the ready timeout runs from now (no wait without bound if none comes). Members still
+        connecting the generation (the lost one may have been counted in just before it went)
+        learn of it from the abort key."""
         self._pending = True
         if self._round_since is None:
             self._round_since = now
+        return [SetKey(abort_key(self.generation), why)]
 
     def _flag_hosts_updated(self, now):
         """Sets elastic/hosts_updated/<g> when the current generation can grow: a free slot
@@ -340,9 +349,12 @@ class Rounds:
         x.state = GONE
         if blacklist:
             self.blacklist.add(x.host, now)
+        out = [Terminate(x.wid)]
         if x.wid in self.members:
-            self._trigger(now)
-        return [Terminate(x.wid)]
+            why = (f"worker {x.wid} on host {x.host} was not ready in time" if blacklist
+                   else f"host {x.host} of worker {x.wid} is no longer discovered")
+            out += self._trigger(now, why)
+        return out
 
     def _finish_check(self):
         """While finishing: ready workers are told to end; when no member runs, Finish."""

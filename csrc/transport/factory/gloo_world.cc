@@ -135,6 +135,7 @@ class GlooWorld : public World {
                   std::unique_ptr<SetPlanes>* out) override;
   Status elastic_hosts_updated(bool* updated) override;
   int64_t elastic_generation() const override { return config_.elastic ? place_.generation : 0; }
+  bool elastic() const override { return config_.elastic; }
 
  private:
   /// Reads this init's place from assign/<worker id>/<n> (elastic: after SETting
@@ -163,7 +164,6 @@ Status GlooWorld::init(const InitOptions& options) {
         "the Gloo controller needs HOROVOD_GLOO_RENDEZVOUS_ADDR and "
         "HOROVOD_GLOO_RENDEZVOUS_PORT (hvdrun --gloo sets them)");
   }
-  const int n = g_inits.fetch_add(1);
   const auto ms = [](double s) {
     return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
   };
@@ -180,14 +180,6 @@ Status GlooWorld::init(const InitOptions& options) {
     return Status::InvalidArgument(
         "HOROVOD_ELASTIC=1 needs HOROVOD_CPP_WORKER_ID (the elastic driver sets both)");
   }
-  // Elastic workers take every place from the driver, the first one too.
-  const bool assigned =
-      !config_.worker_id.empty() && (config_.elastic || n > 0 || config_.rank < 0);
-  if (assigned) {
-    HVD_RETURN_IF_ERROR(read_assignment(where, n));
-  } else {
-    HVD_RETURN_IF_ERROR(place_from_env(config_, &place_));
-  }
   job_.store = store_.get();
   HVD_RETURN_IF_ERROR(gloo_call(where, "creating the Gloo TCP device", [&] {
     std::string host;  // the address the store sees, unless an interface is named
@@ -196,13 +188,34 @@ Status GlooWorld::init(const InitOptions& options) {
     }
     job_.device = make_tcp_device(host, config_.iface);
   }));
-  // An assignment's generation is new for every membership. Places from the environment
-  // are generation 0 every time: a fixed job whose ranks shut down and init again (in step)
-  // add their init count, so that no init reads the addresses of an earlier one.
-  prefix_ = "g" + std::to_string(place_.generation);
-  if (!assigned) prefix_ += "/i" + std::to_string(n);
-  HVD_RETURN_IF_ERROR(GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
-                                             "the job (Gloo)", &world_));
+  for (;;) {
+    const int n = g_inits.fetch_add(1);
+    // Elastic workers take every place from the driver, the first one too.
+    const bool assigned =
+        !config_.worker_id.empty() && (config_.elastic || n > 0 || config_.rank < 0);
+    if (assigned) {
+      HVD_RETURN_IF_ERROR(read_assignment(where, n));
+    } else {
+      HVD_RETURN_IF_ERROR(place_from_env(config_, &place_));
+    }
+    // An assignment's generation is new for every membership. Places from the environment
+    // are generation 0 every time: a fixed job whose ranks shut down and init again (in step)
+    // add their init count, so that no init reads the addresses of an earlier one.
+    prefix_ = "g" + std::to_string(place_.generation);
+    if (!assigned) prefix_ += "/i" + std::to_string(n);
+    // The driver gives a membership up when one of its members is lost (the key holds why):
+    // the others then stop waiting for that member's addresses.
+    if (config_.elastic) store_->set_abort_key("elastic/abort/" + std::to_string(place_.generation));
+    Status st = GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
+                                       "the job (Gloo)", &world_);
+    if (st.ok()) break;
+    // Elastic: a member was lost after the driver counted it in (e.g. its node went down
+    // before the driver heard of it). This worker announces itself for the next membership,
+    // which the driver forms without the lost one; no assignment in time ends the wait.
+    if (!config_.elastic) return st;
+    HVD_LOG(kWarning) << "elastic generation " << place_.generation
+                      << " did not connect, waiting for the next one: " << st.message();
+  }
   g_abort_rank.store(place_.rank);
   return Status::OK();
 }

@@ -239,11 +239,31 @@ void StoreClient::wait(const std::vector<std::string>& keys) {
 
 void StoreClient::wait(const std::vector<std::string>& keys,
                        const std::chrono::milliseconds& timeout) {
+  using std::chrono::milliseconds;
+  // With an abort key, the server-side wait is cut into slices of this length, the abort key
+  // looked at between them.
+  constexpr milliseconds kAbortPoll{250};
   const auto deadline = Clock::now() + timeout;
   for (const std::string& key : keys) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    get(key, std::max(left, std::chrono::milliseconds(0)));
+    for (;;) {
+      const auto left = std::max(
+          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(0));
+      if (abort_key_.empty()) {
+        get(key, left);
+        break;
+      }
+      const milliseconds slice = std::min(left, kAbortPoll);
+      std::vector<char> reply;
+      const Answer a = request(kGet, key, nullptr, 0, static_cast<uint32_t>(slice.count()), &reply);
+      if (a == kOk) break;
+      if (a != kTimeout) fail("GET '" + key + "' answered status " + std::to_string(a));
+      if (check(abort_key_)) {
+        const std::vector<char> why = get(abort_key_, milliseconds(0));
+        fail("gave up waiting for '" + key + "': the elastic driver abandoned this membership (" +
+             abort_key_ + "): " + std::string(why.begin(), why.end()));
+      }
+      if (left <= slice) fail("key '" + key + "' did not appear within " + seconds_text(timeout));
+    }
   }
 }
 

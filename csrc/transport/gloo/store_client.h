@@ -53,6 +53,11 @@ class StoreClient : public gloo::rendezvous::Store {
   std::string local_address() const;
   /// "ADDR:PORT", for messages.
   const std::string& where() const { return where_; }
+  /// Elastic mode: from now on wait() also gives up, with the key's value as the reason,
+  /// once `key` exists (elastic/abort/<generation>: the driver gave up the membership being
+  /// connected because a member was lost). Set before the connects it guards, from the
+  /// thread that makes them; empty = no such key.
+  void set_abort_key(std::string key) { abort_key_ = std::move(key); }
 
  private:
   /// Sends one request, reads its answer's status and value. Serialized (one connection).
@@ -69,6 +74,7 @@ class StoreClient : public gloo::rendezvous::Store {
   const std::chrono::milliseconds timeout_;
   /// Set while a request waits for the server (the socket's receive timeout follows it).
   std::chrono::milliseconds answer_slack_{0};
+  std::string abort_key_;
 };
 
 }  // namespace hvd

@@ -238,6 +238,39 @@ TEST_CASE("store client: a store whose SYNs go unanswered fails at the timeout",
   CHECK(took < 0.9);  // the timeout, not the kernel's first SYN retry (1 s)
 }
 
+TEST_CASE("store client: with an abort key, wait() gives up when the key appears", "[gloo]") {
+  TestStoreServer server(kSecret);
+  StoreClient a("127.0.0.1", server.port(), kSecret, std::chrono::seconds(10));
+  StoreClient driver("127.0.0.1", server.port(), kSecret, std::chrono::seconds(10));
+  a.set_abort_key("elastic/abort/1");
+  // Keys that come are still waited for, across the slices the wait is cut into.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    driver.set("g1/world/0", {'x'});
+  });
+  a.wait({"g1/world/0"}, std::chrono::seconds(5));
+  late.join();
+  // No key and no abort: the timeout, as without an abort key.
+  CHECK(failure_of([&] { a.wait({"g1/never"}, std::chrono::milliseconds(400)); })
+            .find("key 'g1/never' did not appear within 0.4 s") != std::string::npos);
+  // Another generation's abort key is not this one's.
+  driver.set("elastic/abort/0", {'o', 'l', 'd'});
+  std::thread lost([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::string why = "worker h:1 on host h was killed by signal 9";
+    driver.set("elastic/abort/1", std::vector<char>(why.begin(), why.end()));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const std::string given_up = failure_of([&] { a.wait({"g1/world/2"}, std::chrono::seconds(10)); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  lost.join();
+  INFO(given_up);
+  CHECK(given_up.find("gave up waiting for 'g1/world/2': the elastic driver abandoned this "
+                      "membership (elastic/abort/1): worker h:1 on host h was killed by "
+                      "signal 9") != std::string::npos);
+  CHECK(took < 2.0);  // a slice after the key, not the 10 s timeout
+}
+
 TEST_CASE("store client: Gloo groups connect through it (3 ranks, a second generation)", "[gloo]") {
   TestStoreServer server(kSecret);
   for (const char* generation : {"g0", "g1"}) {
