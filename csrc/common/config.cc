@@ -136,6 +136,8 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   if (auto v = lookup("HOROVOD_CPP_TEST_FAKE_VERSION"); v) c.test_fake_version = *v;
   if (auto v = lookup("HOROVOD_CPP_TEST_CORRUPT_RESPONSE"); v) c.test_corrupt_response = *v;
   HVD_RETURN_IF_ERROR(
+      read_bool(lookup, "HOROVOD_CPP_TEST_EXIT_AFTER_CONNECT", &c.test_exit_after_connect));
+  HVD_RETURN_IF_ERROR(
       read_bool(lookup, "HOROVOD_HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_CUDA_DEVICE", &c.cuda_device, 1 << 20));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "NCCL_MULTI_RANK_GPU_ENABLE", &c.nccl_multi_rank_gpu));

@@ -120,6 +120,10 @@ struct Config {
   /// responses to tensors named "hvd_corrupt.*" this way (coordination/test_faults.h), so
   /// that tests can check that every rank refuses them.
   std::string test_corrupt_response;
+  /// HOROVOD_CPP_TEST_EXIT_AFTER_CONNECT (tests only, default 0): init() ends this process
+  /// (_exit(9)) right after its World connected, before the init-time agreements: a member
+  /// lost while its elastic membership is being set up.
+  bool test_exit_after_connect = false;
 
   // Autotune (csrc/tuning/, docs/running.md): the fusion threshold and cycle time are searched
   // on the job's own steps, then the best are kept. Must be the same on every rank.

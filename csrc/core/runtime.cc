@@ -1,6 +1,8 @@
 // Copyright horovod_cpp authors.
 #include "core/runtime.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +47,10 @@ Status Runtime::start(const InitOptions& options) {
   HVD_RETURN_IF_ERROR(make_world(options, &world_));
   joined_elastic_ = world_->elastic();
   elastic_generation_ = world_->elastic_generation();
+  if (config_.test_exit_after_connect) {
+    std::fflush(nullptr);
+    ::_exit(9);
+  }
   set_log_rank(world_->rank());
   // Started before the agreement, which tells every rank whether rank 0 could open it.
   timeline_ = std::make_unique<Timeline>(world_->rank());

@@ -222,3 +222,44 @@ def test_generation_that_loses_a_member_while_connecting_is_given_up_then_the_ne
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait()
         store.stop()
+
+
+def test_member_lost_after_the_world_connected_the_others_join_the_next_generation():
+    """The third member of generation 0 connects the world and dies before the init-time
+    agreement (HOROVOD_CPP_TEST_EXIT_AFTER_CONNECT): the others' init() sees the lost peer,
+    announces ready/<id>/1 itself and returns in generation 1."""
+    secret = gloo_launch.new_secret()
+    store = rendezvous.StoreServer(secret).start()
+    places = place_list(3, False)
+    ids = [f"node{i}:0" for i in range(3)]
+    procs, lines = [], Lines()
+    try:
+        for i, (wid, place) in enumerate(zip(ids, places)):
+            store.set(f"assign/{wid}/0", gloo_launch.assignment(place))
+            extra = {"HOROVOD_CPP_TEST_EXIT_AFTER_CONNECT": "1"} if i == 2 else {}
+            env = elastic_env(place, wid, store, secret, HOROVOD_GLOO_TIMEOUT_SECONDS="120",
+                              HOROVOD_ELASTIC_TIMEOUT="120",
+                              HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S), **extra)
+            p = subprocess.Popen([sys.executable, WORKER, "init_sum"], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 start_new_session=True)
+            procs.append(p)
+            lines.follow(i, p.stdout)
+        assert procs[2].wait(timeout=60) == 9
+        for wid in ids[:2]:
+            assert store.get(f"ready/{wid}/1", OP_TIMEOUT_S + SLACK_S + 10) == b"1", \
+                (wid, lines.seen)
+        warned = lines.wait_for(r"elastic generation 0 lost a member while it was set up", 2, 10)
+        assert len({i for _, i, _ in warned}) == 2, warned
+        for wid, place in zip(ids[:2], place_list(2, False)):
+            store.set(f"assign/{wid}/1", gloo_launch.assignment(place, generation=1))
+        done = lines.wait_for(r"^INIT_OK", 2, 60)
+        assert sorted(ln for _, _, ln in done) == ["INIT_OK size=2 generation=1"] * 2
+        for p in procs[:2]:
+            assert p.wait(timeout=60) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        store.stop()

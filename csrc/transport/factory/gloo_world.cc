@@ -205,7 +205,9 @@ Status GlooWorld::init(const InitOptions& options) {
     if (!assigned) prefix_ += "/i" + std::to_string(n);
     // The driver gives a membership up when one of its members is lost (the key holds why):
     // the others then stop waiting for that member's addresses.
-    if (config_.elastic) store_->set_abort_key("elastic/abort/" + std::to_string(place_.generation));
+    if (config_.elastic) {
+      store_->set_abort_key("elastic/abort/" + std::to_string(place_.generation));
+    }
     Status st = GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
                                        "the job (Gloo)", &world_);
     if (st.ok()) break;
