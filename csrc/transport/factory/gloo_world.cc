@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -169,6 +170,11 @@ Status GlooWorld::init(const InitOptions& options) {
   };
   job_.connect_timeout = ms(config_.timeout_seconds);
   job_.op_timeout = ms(config_.op_timeout_seconds);
+  if (config_.elastic) {
+    // At least 5 s: a loaded machine may take seconds to accept a connection.
+    job_.pair_timeout = std::min(job_.connect_timeout,
+                                 ms(std::max(config_.op_timeout_seconds, 5.0)));
+  }
   job_.hostname = host_name(config_);
   const std::string where = "the rendezvous store at " + config_.rendezvous_addr + ":" +
                             std::to_string(config_.rendezvous_port);

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <mutex>
+#include <vector>
 
 #include "transport/gloo/gloo_call.h"
 
@@ -26,6 +27,32 @@ void ignore_sigpipe_at_default() {
     ::sigaction(SIGPIPE, &ignore, nullptr);
   });
 }
+
+// The job's store with waits of its own length: Gloo passes its context timeout to wait(),
+// which connect_group sets to the pair timeout. Every read waits first, so that an elastic
+// abort key ends it (StoreClient::wait).
+class PatientStore : public gloo::rendezvous::Store {
+ public:
+  PatientStore(gloo::rendezvous::Store& store, std::chrono::milliseconds wait)
+      : store_(store), wait_(wait) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, data);
+  }
+  /// Gloo also GETs keys it did not wait for (a peer's addresses): through wait(), which
+  /// watches the elastic abort key.
+  std::vector<char> get(const std::string& key) override {
+    store_.wait({key}, wait_);
+    return store_.get(key);
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys, wait_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    store_.wait(keys, wait_);
+  }
+
+ private:
+  gloo::rendezvous::Store& store_;
+  const std::chrono::milliseconds wait_;
+};
 
 }  // namespace
 
@@ -50,8 +77,9 @@ Status connect_group(const GlooJob& job, const std::string& prefix, int rank, in
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   const std::string call = "connecting (store prefix " + prefix + ")";
   HVD_RETURN_IF_ERROR(gloo_call(name, call.c_str(), [&] {
-    gloo::rendezvous::PrefixStore store(prefix, *job.store);
-    ctx->setTimeout(job.connect_timeout);
+    PatientStore patient(*job.store, job.connect_timeout);
+    gloo::rendezvous::PrefixStore store(prefix, patient);
+    ctx->setTimeout(job.pair_timeout.count() > 0 ? job.pair_timeout : job.connect_timeout);
     auto device = job.device;
     ctx->connectFullMesh(store, device);
     // From here on a collective that waits longer than this on a peer fails: the peer is

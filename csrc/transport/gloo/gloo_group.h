@@ -29,8 +29,14 @@ namespace hvd {
 struct GlooJob {
   gloo::rendezvous::Store* store = nullptr;
   std::shared_ptr<gloo::transport::Device> device;
-  /// How long connecting a group waits for its peers (HOROVOD_GLOO_TIMEOUT_SECONDS).
+  /// How long connecting a group waits for its peers' addresses in the store
+  /// (HOROVOD_GLOO_TIMEOUT_SECONDS).
   std::chrono::milliseconds connect_timeout{30000};
+  /// How long a pair connect waits for a peer whose address is known (0: connect_timeout).
+  /// Elastic jobs bound it by the op timeout: a member that published its address and died
+  /// (the store's abort key cannot reach that wait) must not hold the others past the
+  /// driver's ready timeout.
+  std::chrono::milliseconds pair_timeout{0};
   /// How long one collective waits for a peer (HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS).
   std::chrono::milliseconds op_timeout{5000};
   /// This rank's host (HOROVOD_HOSTNAME or gethostname()): split_host() groups by it.
