@@ -15,7 +15,6 @@ Skipped when the build has no Gloo (horovod_cpp.gloo_built()).
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,8 @@ from horovod_cpp.runner import gloo_launch, rendezvous
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "elastic_core_worker.py")
 sys.path.insert(0, HERE)
-from test_gloo_fault import OP_TIMEOUT_S, SLACK_S, Lines, place_list  # noqa: E402
+from test_gloo_fault import (OP_TIMEOUT_S, SLACK_S, Lines, place_list, spawn,  # noqa: E402
+                             stop_all)
 
 pytestmark = pytest.mark.skipif(not horovod_cpp.gloo_built(),
                                 reason="this build has no Gloo (horovod_cpp.gloo_built())")
@@ -133,11 +133,7 @@ def test_hosts_updated_agrees_and_a_lost_peer_leaves_the_survivors_to_reinit():
             env = elastic_env(place, wid, store, secret,
                               HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S),
                               HOROVOD_ELASTIC_TIMEOUT="120")
-            p = subprocess.Popen([sys.executable, WORKER, "loop"], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
-            procs.append(p)
-            lines.follow(place.rank, p.stdout)
+            spawn([sys.executable, WORKER, "loop"], env, place.rank, procs, lines)
         looping = lines.wait_for(r"^LOOPING", 3, 120)
         assert sorted(ln for _, _, ln in looping) == [
             f"LOOPING rank={r} size=3 generation=0" for r in range(3)]
@@ -168,11 +164,7 @@ def test_hosts_updated_agrees_and_a_lost_peer_leaves_the_survivors_to_reinit():
             assert p.wait(timeout=60) == 0
         assert not any("WRONG" in ln for _, _, ln in lines.seen)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        store.stop()
+        stop_all(procs, store)
 
 
 @pytest.mark.parametrize("one_host", [False, True], ids=["three_hosts", "one_host"])
@@ -193,11 +185,7 @@ def test_generation_that_loses_a_member_while_connecting_is_given_up_then_the_ne
         for i, (wid, place) in enumerate(zip(ids[:2], places[:2])):  # ids[2] never comes
             env = elastic_env(place, wid, store, secret, HOROVOD_GLOO_TIMEOUT_SECONDS="120",
                               HOROVOD_ELASTIC_TIMEOUT="120")
-            p = subprocess.Popen([sys.executable, WORKER, "init_sum"], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
-            procs.append(p)
-            lines.follow(i, p.stdout)
+            spawn([sys.executable, WORKER, "init_sum"], env, i, procs, lines)
         for wid in ids[:2]:
             assert store.get(f"ready/{wid}/0", 60) == b"1", wid
         time.sleep(1.0)  # both wait in the connect for ids[2]
@@ -217,11 +205,7 @@ def test_generation_that_loses_a_member_while_connecting_is_given_up_then_the_ne
         for p in procs:
             assert p.wait(timeout=60) == 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        store.stop()
+        stop_all(procs, store)
 
 
 def test_member_lost_after_the_world_connected_the_others_join_the_next_generation():
@@ -240,11 +224,7 @@ def test_member_lost_after_the_world_connected_the_others_join_the_next_generati
             env = elastic_env(place, wid, store, secret, HOROVOD_GLOO_TIMEOUT_SECONDS="120",
                               HOROVOD_ELASTIC_TIMEOUT="120",
                               HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS=str(OP_TIMEOUT_S), **extra)
-            p = subprocess.Popen([sys.executable, WORKER, "init_sum"], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True)
-            procs.append(p)
-            lines.follow(i, p.stdout)
+            spawn([sys.executable, WORKER, "init_sum"], env, i, procs, lines)
         assert procs[2].wait(timeout=60) == 9
         for wid in ids[:2]:
             assert store.get(f"ready/{wid}/1", OP_TIMEOUT_S + SLACK_S + 10) == b"1", \
@@ -258,8 +238,4 @@ def test_member_lost_after_the_world_connected_the_others_join_the_next_generati
         for p in procs[:2]:
             assert p.wait(timeout=60) == 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        store.stop()
+        stop_all(procs, store)

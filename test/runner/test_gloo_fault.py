@@ -69,6 +69,25 @@ class Lines:
         return found[:count]
 
 
+def spawn(argv, env, index, procs, lines):
+    """Starts a worker in a session of its own, appended to `procs`, its output followed by
+    `lines` as `index`."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    procs.append(p)
+    lines.follow(index, p.stdout)
+    return p
+
+
+def stop_all(procs, store):
+    """Kills what is left of `procs` (with their process groups), then stops `store`."""
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    store.stop()
+
+
 def place_list(n, one_host):
     hosts = [("node", n)] if one_host else [(f"node{i}", 1) for i in range(n)]
     return gloo_launch.place_workers(hosts, n)
@@ -99,10 +118,7 @@ def test_killed_peer_then_reinit_at_size_2(one_host, extra_env):
                        # loss at once must not end the job (the fixed mode's abort grace) while
                        # the other still waits out the op timeout before the new keys come.
                        HOROVOD_CPP_ABORT_GRACE_SECONDS="60", **extra_env)
-            p = subprocess.Popen([sys.executable, WORKER], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
-            procs.append(p)
-            lines.follow(place.rank, p.stdout)
+            spawn([sys.executable, WORKER], env, place.rank, procs, lines)
         lines.wait_for(r"^LOOPING", 3, 120)
         time.sleep(0.3)  # well inside the loop: an allreduce is in flight
         t_kill = time.monotonic()
@@ -122,11 +138,7 @@ def test_killed_peer_then_reinit_at_size_2(one_host, extra_env):
             assert p.wait(timeout=60) == 0
         assert not any("WRONG" in ln for _, _, ln in lines.seen)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        store.stop()
+        stop_all(procs, store)
 
 
 def test_fixed_mode_job_ends_naming_the_dead_rank():
