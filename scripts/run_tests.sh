@@ -94,6 +94,11 @@ if [ -x "$RAY_VENV/bin/python" ]; then
   "$RAY_VENV/bin/python" -m pip install -q . || fail "pip install (Ray venv)"
   timeout --kill-after=30 1200 "$RAY_VENV/bin/python" -m pytest -p no:cacheprovider -q test/ray \
     2>&1 | tee "$SUMMARY.pytest-ray" || fail "pytest test/ray (Ray venv)"
+  # A Ray cluster whose worker nodes are two network-namespace hosts: RayExecutor across
+  # them, and an elastic job that loses one host and grows back when it returns (about 60 s;
+  # exit 77 = skipped where not root).
+  PYTHON="$RAY_VENV/bin/python" bash test/multihost/run_multihost.sh --ray; rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost ray (exit $rc)"
 elif [ "${CI:-}" = true ]; then
   echo "Ray tests: no $RAY_VENV in CI (scripts/install_ray_env.sh should have made it)"
   fail "Ray venv missing"

@@ -10,6 +10,10 @@
 #   sudo test/multihost/run_multihost.sh --elastic          (an elastic job, one host's network
 #                                                           cut: test/multihost/elastic_netcut.py)
 #   sudo test/multihost/run_multihost.sh --elastic-timings  (scripts/elastic_recovery.py here)
+#   sudo test/multihost/run_multihost.sh --ray    (a Ray cluster whose nodes are the two hosts:
+#                                                 RayExecutor and ElasticRayExecutor, a host
+#                                                 lost and back: test/multihost/ray_hosts.py;
+#                                                 PYTHON must have Ray, e.g. .venv-ray)
 # With --gloo hvdrun serves the rendezvous on the bridge address and starts the workers
 # through the rsh agent, as it would over ssh: first test/runner/gloo_worker.py (the workers
 # read their places and meet through the store, over the hosts' network), then, when this
@@ -25,7 +29,10 @@ set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 MODE=mpi
-case "${1:-}" in --gloo) MODE=gloo ;; --elastic) MODE=elastic ;; --elastic-timings) MODE=timings ;; esac
+case "${1:-}" in
+  --gloo) MODE=gloo ;; --elastic) MODE=elastic ;; --elastic-timings) MODE=timings ;;
+  --ray) MODE=ray ;;
+esac
 WHO=multihost
 [ "$MODE" = mpi ] || WHO=multihost-$MODE
 PFX=${SUBNET_PREFIX:-10.77.0}
@@ -44,7 +51,10 @@ MH_LOCK=/run/lock/horovod_cpp_multihost.lock
 
 mh_require "$WHO"
 "$PYTHON" -c "import horovod_cpp.runner" 2>/dev/null || { echo "$WHO: $PYTHON cannot import horovod_cpp"; exit 1; }
-if [ "$MODE" = elastic ] || [ "$MODE" = timings ]; then
+if [ "$MODE" = ray ]; then
+  "$PYTHON" -c "import ray" 2>/dev/null || { echo "$WHO: SKIPPED: $PYTHON has no Ray"; exit 77; }
+fi
+if [ "$MODE" = elastic ] || [ "$MODE" = timings ] || [ "$MODE" = ray ]; then
   "$PYTHON" -c "import sys, horovod_cpp as h; from horovod_cpp import _C; sys.exit(0 if h.gloo_built() and hasattr(_C, 'elastic_hosts_updated') else 1)" ||
     { echo "$WHO: SKIPPED: this build has no Gloo or no elastic primitives"; exit 77; }
 fi
@@ -55,6 +65,17 @@ tmp=$MH_TMP
 echo "$WHO: hosts ${MH_HOSTS[*]} at $PFX.11, $PFX.12 (bridge $MH_BR, $PFX.1)"
 cd "$root"
 
+if [ "$MODE" = ray ]; then
+  timeout --kill-after=30 "$TIMEOUT_S" "$PYTHON" "$here/ray_hosts.py" "$MH_NS" "$PFX" h1 h2 \
+    2>&1 | tee "$tmp/out.ray"
+  rc=${PIPESTATUS[0]}
+  # Every Ray process this test started ran in a host's namespace or is the driver's head:
+  # none may outlive it (mh_down removes the namespaces, not their processes).
+  for h in "${MH_HOSTS[@]}"; do ip netns pids "$MH_NS$h" 2>/dev/null | xargs -r kill -9; done
+  [ "$rc" = 0 ] && grep -q "^RAY_HOSTS OK" "$tmp/out.ray" && { echo "$WHO: PASSED"; exit 0; }
+  echo "$WHO: FAILED (exit $rc)"
+  exit 1
+fi
 if [ "$MODE" = elastic ] || [ "$MODE" = timings ]; then
   if [ "$MODE" = timings ]; then
     timeout --kill-after=30 900 "$PYTHON" scripts/elastic_recovery.py --agent "$tmp/agent" \
