@@ -1,5 +1,5 @@
 """The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, 2 GPUs
-in name only, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they
+in name only, two extra host names, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they
 must run."""
 
 import faulthandler
@@ -26,6 +26,9 @@ def skip_without_ray():
 NUM_CPUS = 4
 #: GPUs Ray is told the cluster has (there are none: only what Ray hands out is tested).
 NUM_GPUS = 2
+#: Host names the one node also answers to (Ray resources node:<name>, as Horovod's Ray tests
+#: make hosts on one machine): test_ray_discovery.py places workers on them.
+NAMED_HOSTS = ("hvd-host-a", "hvd-host-b")
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +50,6 @@ def ray_cluster():
         if name.startswith("test_ray") and getattr(mod, "__file__", "").startswith(here):
             ray.cloudpickle.register_pickle_by_value(mod)
     ray.init(num_cpus=NUM_CPUS, num_gpus=NUM_GPUS, include_dashboard=False,
-             log_to_driver=True)
+             log_to_driver=True, resources={f"node:{h}": 100 for h in NAMED_HOSTS})
     yield ray
     ray.shutdown()

@@ -7,7 +7,7 @@ import pytest
 from conftest import skip_without_ray
 
 ray = skip_without_ray()
-from horovod_cpp.ray import ElasticRayExecutor, RayExecutor, placement  # noqa: E402
+from horovod_cpp.ray import ElasticRayExecutor, RayExecutor, RayHostDiscovery, placement  # noqa: E402
 from horovod_cpp.runner import gloo_launch  # noqa: E402
 
 A = placement.ActorInfo
@@ -104,3 +104,43 @@ def test_elastic_slots_count_cpus_and_gpus_per_worker(monkeypatch):
     cpu_only = ElasticRayExecutor(None, cpus_per_worker=2, max_workers=3)
     assert cpu_only._discover() == [("10.0.0.1", 2), ("10.0.0.1~bbbbbbbbbbbb", 4)]
     assert cpu_only._rs.max_np == 3  # the rounds never grow the job past it
+
+
+def test_elastic_discovery_of_the_programs_choosing(monkeypatch):
+    class Hosts:
+        def find_available_hosts_and_slots(self):
+            return {"h1": 2, "h2": 0}
+
+    s = ElasticRayExecutor.create_settings()
+    with pytest.raises(ValueError, match="override_discovery=False needs settings.discovery"):
+        ElasticRayExecutor(s, override_discovery=False)
+    s.discovery = object()
+    with pytest.raises(ValueError, match="find_available_hosts_and_slots"):
+        ElasticRayExecutor(s, override_discovery=False)
+    s.discovery = Hosts()
+    ex = ElasticRayExecutor(s, override_discovery=False)
+    assert ex._discover() == [("h1", 2)]  # a host without a slot is left out
+    # Names the discovery did not get from Ray go to nodes holding the resource node:<name>.
+    assert ex._placement("h1") == {"resources": {"node:h1": 0.001}}
+
+
+def test_ray_host_discovery_counts_slots_and_names_nodes(monkeypatch):
+    a, b = "a1" * 28, "b2" * 28  # node ids: 28 bytes in hex, as Ray checks them
+    nodes = [{"NodeID": a, "NodeManagerAddress": "10.0.0.1", "Alive": True,
+              "Resources": {"CPU": 8.0, "GPU": 2.0}},
+             {"NodeID": b, "NodeManagerAddress": "10.0.0.2", "Alive": True,
+              "Resources": {"CPU": 8.0}}]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    assert RayHostDiscovery(cpus_per_slot=3).find_available_hosts_and_slots() == {
+        "10.0.0.1": 2, "10.0.0.2": 2}
+    # With GPUs, a node without any has no slot; gpus_per_slot divides the GPUs.
+    gpu = RayHostDiscovery(use_gpu=True, gpus_per_slot=2)
+    assert gpu.find_available_hosts_and_slots() == {"10.0.0.1": 1}
+    assert gpu.node_id_of("10.0.0.1") == a and gpu.node_id_of("10.0.0.2") is None
+    with pytest.raises(ValueError, match="cpus_per_slot"):
+        RayHostDiscovery(cpus_per_slot=0)
+    # An executor on it (the default, override_discovery=True) pins workers to the node.
+    ex = ElasticRayExecutor(None, use_gpu=True)
+    ex._discover()
+    strategy = ex._placement("10.0.0.1")["scheduling_strategy"]
+    assert strategy.node_id == a and strategy.soft is False

@@ -15,7 +15,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("horovod_cpp.ray needs Ray, which is not installed: "
                       "pip install 'horovod_cpp[ray]' (or pip install ray)") from e
 
-from .elastic import ElasticRayExecutor, ElasticSettings
+from .elastic import ElasticRayExecutor, ElasticSettings, RayHostDiscovery
 from .executor import RayExecutor, Settings, WorkerError
 
-__all__ = ["ElasticRayExecutor", "ElasticSettings", "RayExecutor", "Settings", "WorkerError"]
+__all__ = ["ElasticRayExecutor", "ElasticSettings", "RayExecutor", "RayHostDiscovery", "Settings",
+           "WorkerError"]

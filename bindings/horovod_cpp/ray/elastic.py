@@ -3,10 +3,12 @@
 The membership logic is the one `hvdrun`'s elastic mode uses (runner/elastic_rounds.Rounds, a
 pure class); this file feeds it from Ray instead of from processes and a discovery script:
 
-- discovery: Ray's alive nodes, each a host with CPUs // cpus_per_worker slots (and, with
-  use_gpu, at most GPUs // gpus_per_worker), polled every `discovery_interval_s`: the node's
-  total CPUs, as Horovod counts them, since its free ones move with every actor this job
-  starts or ends; max_workers bounds the job (docs/running.md, "Elastic jobs on Ray");
+- discovery: RayHostDiscovery, Ray's alive nodes, each a host with CPUs // cpus_per_worker
+  slots (and, with use_gpu, at most GPUs // gpus_per_worker), polled every
+  `discovery_interval_s`: the node's total CPUs, as Horovod counts them, since its free ones
+  move with every actor this job starts or ends; max_workers bounds the job
+  (docs/running.md, "Elastic jobs on Ray"). With override_discovery=False, the
+  settings' own `discovery` object instead (Horovod's way to choose the hosts);
 - a worker's exit: the "done" ref of the call running the user's function (a result is an
   exit 0, an exception raised by the function an exit 1, a dead actor (RayActorError) a
   kill);
@@ -44,6 +46,56 @@ class ElasticSettings(Settings):
     max_np: int = None
     reset_limit: int = None
     elastic_timeout_s: float = 600
+    #: The hosts of an executor made with override_discovery=False: any object with
+    #: find_available_hosts_and_slots() -> {host: slots} (a RayHostDiscovery subclass, say).
+    discovery: object = None
+
+
+class RayHostDiscovery:
+    """The hosts of an elastic job on Ray (Horovod's horovod.ray.elastic.RayHostDiscovery):
+    Ray's alive nodes, each with `CPU // cpus_per_slot` slots and, with `use_gpu`, at most
+    `GPU // gpus_per_slot`; nodes with no slot are left out. A node's host name is its
+    address, or `address~<node id prefix>` for a node whose address another node already
+    had (several raylets on one machine, or a machine back at the address of one Ray still
+    lists after it was lost). Names never change while the object lives: a renamed host would
+    look like one that left. Subclass it and filter find_available_hosts_and_slots() to
+    choose the hosts yourself (ElasticRayExecutor(..., override_discovery=False) with
+    `settings.discovery` = the object)."""
+
+    def __init__(self, use_gpu=False, cpus_per_slot=1, gpus_per_slot=1):
+        if cpus_per_slot <= 0 or (use_gpu and gpus_per_slot <= 0):
+            raise ValueError(f"RayHostDiscovery: cpus_per_slot and gpus_per_slot must be > 0, "
+                             f"got {cpus_per_slot!r} and {gpus_per_slot!r}")
+        self.use_gpu = use_gpu
+        self.cpus_per_slot = cpus_per_slot
+        self.gpus_per_slot = gpus_per_slot
+        self._node_of = {}  # host name -> Ray node id, from the first sighting on
+
+    def find_available_hosts_and_slots(self):
+        """{host name: slots} of Ray's alive nodes, in Ray's node order."""
+        out = {}
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            res = node.get("Resources", {})
+            slots = int(res.get("CPU", 0) // self.cpus_per_slot)
+            if self.use_gpu:
+                slots = min(slots, int(res.get("GPU", 0) // self.gpus_per_slot))
+            if slots > 0:
+                name = self._host_name(node["NodeID"], node["NodeManagerAddress"])
+                self._node_of[name] = node["NodeID"]
+                out[name] = slots
+        return out
+
+    def node_id_of(self, host):
+        """The Ray node id of a host this object named, else None."""
+        return self._node_of.get(host)
+
+    def _host_name(self, node_id, ip):
+        for name, known in self._node_of.items():
+            if known == node_id:
+                return name
+        return ip if ip not in self._node_of else f"{ip}~{node_id[:12]}"
 
 
 def _end_of(ref):
@@ -64,8 +116,12 @@ class ElasticRayExecutor:
     node is blacklisted, for `cooldown_range` = (lo, hi) seconds or, with None, for good);
     nodes that join grow it. `reset_limit` bounds the membership changes.
 
-    `override_discovery` is Horovod's flag for using Ray's nodes as the host list; it must be
-    True (the only discovery this executor has).
+    `override_discovery` is Horovod's flag for using Ray's nodes as the host list
+    (RayHostDiscovery). With False, `settings.discovery` chooses the hosts: any object with
+    find_available_hosts_and_slots() -> {host: slots}. A worker goes to its host's Ray node
+    when the discovery named it (a RayHostDiscovery does), else to a node holding the Ray
+    resource `node:<host>` (Ray gives every node `node:<its address>`; other names are
+    custom resources the nodes were started with).
 
     The names of Horovod's older ElasticRayExecutor are taken too (its examples under
     examples/ray use them): `cpus_per_slot` and `gpus_per_slot` for `cpus_per_worker` and
@@ -98,9 +154,6 @@ class ElasticRayExecutor:
                                      "cpus_per_slot", cpus_per_slot, 1)
         gpus_per_worker = older_name("ElasticRayExecutor", "gpus_per_worker", gpus_per_worker,
                                      "gpus_per_slot", gpus_per_slot, None)
-        if not override_discovery:
-            raise ValueError("ElasticRayExecutor: override_discovery=False is not supported: "
-                             "the hosts are Ray's alive nodes")
         if gpus_per_worker is not None and not use_gpu:
             raise ValueError("ElasticRayExecutor: gpus_per_worker is set but use_gpu is False")
         self._settings = settings if settings is not None else ElasticSettings()
@@ -120,6 +173,15 @@ class ElasticRayExecutor:
                              f"{cpus_per_worker!r}")
         self._cpus = cpus_per_worker
         self._gpus = (gpus_per_worker or 1) if use_gpu else 0
+        if override_discovery:
+            self._discovery = RayHostDiscovery(use_gpu, cpus_per_worker, self._gpus or 1)
+        else:
+            self._discovery = getattr(s, "discovery", None)
+            if not callable(getattr(self._discovery, "find_available_hosts_and_slots", None)):
+                raise ValueError("ElasticRayExecutor: override_discovery=False needs "
+                                 "settings.discovery, an object with "
+                                 "find_available_hosts_and_slots() (e.g. a RayHostDiscovery "
+                                 f"subclass); got {self._discovery!r}")
         op_timeout = elastic_driver.DEFAULT_OP_TIMEOUT_S
         self._rs = er.Settings(np=None, min_np=min_workers, max_np=max_workers,
                                reset_limit=reset_limit,
@@ -132,7 +194,6 @@ class ElasticRayExecutor:
         self._extra_env = {}
         self._actors = {}  # wid -> actor handle, while it should run
         self._done = {}  # done ref -> wid
-        self._node_of = {}  # host name -> Ray node id
         self.rounds = None
 
     # ---- life cycle ---------------------------------------------------------------------
@@ -175,32 +236,19 @@ class ElasticRayExecutor:
                 ray.kill(a, no_restart=True)
 
     # ---- discovery ----------------------------------------------------------------------
-    @staticmethod
-    def _alive_nodes():
-        return [n for n in ray.nodes() if n.get("Alive")]
-
     def _discover(self):
-        """[(host, slots)] of Ray's alive nodes (each node's host name is _host_name's)."""
-        out = []
-        for node in self._alive_nodes():
-            name = self._host_name(node["NodeID"], node["NodeManagerAddress"])
-            res = node.get("Resources", {})
-            slots = int(res.get("CPU", 0) // self._cpus)
-            if self._gpus:
-                slots = min(slots, int(res.get("GPU", 0) // self._gpus))
-            if slots > 0:
-                self._node_of[name] = node["NodeID"]
-                out.append((name, slots))
-        return out
+        """[(host, slots)] from the discovery, hosts without a slot left out."""
+        hosts = self._discovery.find_available_hosts_and_slots()
+        return [(str(h), int(n)) for h, n in hosts.items() if int(n) > 0]
 
-    def _host_name(self, node_id, ip):
-        """A node's host name, fixed at its first sighting: its IP, or `ip~<node id prefix>`
-        when another node already has that IP (several raylets on one machine). Names must
-        not change when nodes come and go: a renamed host would look like one that left."""
-        for name, known in self._node_of.items():
-            if known == node_id:
-                return name
-        return ip if ip not in self._node_of else f"{ip}~{node_id[:12]}"
+    def _placement(self, host):
+        """Where a worker of `host` runs: its node when the discovery knows the node, else a
+        node holding the resource node:<host>."""
+        node_of = getattr(self._discovery, "node_id_of", None)
+        node = node_of(host) if node_of is not None else None
+        if node is not None:
+            return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
+        return {"resources": {f"node:{host}": 0.001}}
 
     # ---- the job ------------------------------------------------------------------------
     def run(self, worker_fn, callbacks=None):
@@ -292,8 +340,7 @@ class ElasticRayExecutor:
         env.update(elastic_driver.start_env(self.rounds.place_of(cmd.wid)))
         actor = ray.remote(Worker).options(
             num_cpus=self._cpus, num_gpus=self._gpus, max_restarts=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(self._node_of[cmd.host],
-                                                               soft=False)).remote()
+            **self._placement(cmd.host)).remote()
         actor.set_env.remote(env)  # actor tasks run in order: before the function
         self._actors[cmd.wid] = actor
         self._done[actor.call.remote(self._fn, [], {})] = cmd.wid
