@@ -114,6 +114,30 @@ def test_late_member_is_dropped_after_the_ready_timeout_and_blacklisted():
     assert r.exited("b:0", -15, 26.0) == []  # its end is no new event
 
 
+def test_a_member_still_starting_has_the_start_timeout_then_is_dropped():
+    # Generation 0 starts at 0; a round starts at 10 (a:0 ready). c:0 is still importing its
+    # framework: the round waits for it up to its start timeout (40 s from its start), not
+    # only the ready timeout (15 s from the round's start).
+    r, _ = start([("a", 1), ("b", 1), ("c", 1)], ready_timeout=15.0, start_timeout=40.0)
+    assert r.ready("a:0", 10.0) == [] and r.ready("b:0", 11.0) == []
+    assert r.tick(25.0) == [] and r.tick(39.9) == []
+    cmds = r.tick(40.0)
+    assert kinds(cmds, er.Terminate) == [er.Terminate("c:0")]
+    assert keys(cmds)["elastic/abort/0"] == "worker c:0 on host c was not ready in time"
+    assert r.generation == 1 and r.members == ["a:0", "b:0"]
+    # Once seen ready, a member has the ready timeout only: b:0 is late in the next round.
+    r.ready("a:0", 100.0)
+    assert r.tick(114.9) == []
+    assert kinds(r.tick(115.0), er.Terminate) == [er.Terminate("b:0")]
+
+
+def test_a_started_member_that_comes_forms_the_round_at_once():
+    r, _ = start([("a", 1), ("b", 1)], ready_timeout=15.0, start_timeout=40.0)
+    assert r.ready("a:0", 10.0) == [] and r.tick(30.0) == []
+    assert keys(r.ready("b:0", 31.0)) == {"assign/a:0/1": "0,2,0,1,0,2,1",
+                                          "assign/b:0/1": "1,2,0,1,1,2,1"}
+
+
 def test_failure_without_any_ready_survivor_still_ends_in_bounded_time():
     r, _ = start([("a", 1), ("b", 1)], min_np=1, ready_timeout=15.0, elastic_timeout=5.0)
     r.exited("a:0", 1, 0.0)

@@ -187,7 +187,8 @@ class ElasticRayExecutor:
                                reset_limit=reset_limit,
                                cooldown=tuple(cooldown_range) if cooldown_range else None,
                                elastic_timeout=getattr(s, "elastic_timeout_s", 600),
-                               ready_timeout=op_timeout + 10.0)
+                               ready_timeout=op_timeout + 10.0,
+                               start_timeout=getattr(s, "timeout_s", None))
         self._store = None
         self._secret = None
         self._env_vars = dict(env_vars or {})

@@ -44,13 +44,17 @@ def rounds_settings(args, env):
     return er.Settings(np=args.np, min_np=args.min_np or args.np or 1, max_np=args.max_np,
                        reset_limit=args.reset_limit,
                        cooldown=tuple(args.cooldown) if args.cooldown else None,
-                       elastic_timeout=args.elastic_timeout, ready_timeout=ready)
+                       elastic_timeout=args.elastic_timeout, ready_timeout=ready,
+                       start_timeout=getattr(args, "start_timeout", None))
 
 
 def worker_env(wid, host, store_addr, store_port, secret, settings, rounds_s):
     """The contract's variables of one elastic worker, on top of the job's settings. Its
     init() waits for an assignment longer than the driver can take to decide one (a ready
-    timeout plus the min-np wait), so the driver, not a worker timeout, ends the job."""
+    timeout, a peer's start timeout and the min-np wait), so the driver, not a worker
+    timeout, ends the job."""
+    wait = (rounds_s.elastic_timeout + rounds_s.ready_timeout + (rounds_s.start_timeout or 0)
+            + 60)
     env = dict(settings)
     env.update({
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": store_addr,
@@ -59,8 +63,7 @@ def worker_env(wid, host, store_addr, store_port, secret, settings, rounds_s):
         "HOROVOD_HOSTNAME": host,
         "HOROVOD_CPP_WORKER_ID": wid,
         "HOROVOD_ELASTIC": "1",
-        "HOROVOD_ELASTIC_TIMEOUT":
-            f"{rounds_s.elastic_timeout + rounds_s.ready_timeout + 60:g}",
+        "HOROVOD_ELASTIC_TIMEOUT": f"{wait:g}",
     })
     return env
 

@@ -29,8 +29,10 @@ Note = namedtuple("Note", "message")
 
 #: Settings of the rounds (seconds for times). max_np None = no bound; cooldown None = a
 #: blacklisted host never comes back (Horovod's default); reset_limit None = no limit.
+#: start_timeout: how long a started worker may take to reach its first init() (importing a
+#: framework on a loaded machine takes longer than the ready timeout); None = ready_timeout.
 Settings = namedtuple("Settings", "np min_np max_np reset_limit cooldown elastic_timeout "
-                                  "ready_timeout")
+                                  "ready_timeout start_timeout", defaults=(None,))
 
 # States of a worker.
 RUNNING, READY, GONE = "running", "ready", "gone"
@@ -44,6 +46,7 @@ class _Worker:
         self.wid, self.host, self.slot = wid, host, slot
         self.n = 0
         self.state = RUNNING
+        self.started = None  # when it was started, until it is first seen ready
 
 
 class _Blacklist:
@@ -204,6 +207,7 @@ class Rounds:
         if x is None or x.state != RUNNING or wid not in self.members or self._done:
             return []
         x.state = READY
+        x.started = None
         if self._round_since is None:
             self._round_since = now
         self._pending = True
@@ -272,7 +276,7 @@ class Rounds:
             return self._short(now, want)
         self._short_since = None
         new = [self._new_worker(h, s) for h, s in free[:want]]
-        return self._assign([], new)
+        return self._assign([], new, now)
 
     def _short(self, now, have):
         """Too few workers: wait up to the elastic timeout, then end the job."""
@@ -306,12 +310,15 @@ class Rounds:
         if not self._pending:
             return []
         out = []
-        running = [w for w in self.members if self.workers[w].state == RUNNING]
+        running = [self.workers[w] for w in self.members if self.workers[w].state == RUNNING]
         if running:
             if self._round_since is None or now - self._round_since < self.s.ready_timeout:
                 return []
-            for w in running:  # not ready in time: e.g. its network is cut
-                out += self._drop(self.workers[w], now, blacklist=True)
+            start = self.s.ready_timeout if self.s.start_timeout is None else self.s.start_timeout
+            if any(x.started is not None and now - x.started < start for x in running):
+                return []  # one is still starting: it may yet come
+            for x in running:  # not ready in time: e.g. its network is cut
+                out += self._drop(x, now, blacklist=True)
         survivors = [self.workers[w] for w in self.members if self.workers[w].state == READY]
         free = self._free_slots(now)
         room = len(free) if self.s.max_np is None else max(0, self.s.max_np - len(survivors))
@@ -325,10 +332,12 @@ class Rounds:
         self.resets += 1
         self._short_since = None
         new = [self._new_worker(h, s) for h, s in free[:size - len(survivors)]]
-        return out + self._assign(survivors, new)
+        return out + self._assign(survivors, new, now)
 
-    def _assign(self, survivors, new):
+    def _assign(self, survivors, new, now):
         """The next generation: survivors (rank order kept) then new workers."""
+        for x in new:
+            x.started = now
         self.generation += 1
         self._pending = False
         self._round_since = None
