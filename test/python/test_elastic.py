@@ -147,6 +147,35 @@ def test_torch_state_sync_then_save_restore(rank, size):
     assert_same(snapshot(model, optimizer), saved)
 
 
+def test_torch_state_keeps_a_scheduler_of_a_distributed_optimizer(rank, size):
+    # Horovod's elastic examples pass scheduler= beside a DistributedOptimizer: the scheduler
+    # holds that optimizer (a class made at run time, which pickle cannot name), so it must be
+    # kept by its state_dict(), not pickled as a plain attribute.
+    model = make_model(seed=3)
+    optimizer = thvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5),
+                                         named_parameters=model.named_parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    for _ in range(rank):  # rank r is r epochs into its schedule
+        scheduler.step()
+    state = TorchState(model, optimizer, scheduler=scheduler, epoch=0)
+    state.sync()
+    assert scheduler.last_epoch == 0 and scheduler.get_last_lr() == [0.5]
+    assert optimizer.param_groups[0]["lr"] == 0.5
+    for _ in range(3):
+        scheduler.step()
+    state.commit()
+    assert scheduler.last_epoch == 3 and scheduler.get_last_lr() == [0.25]
+    for _ in range(2):
+        scheduler.step()
+    scheduler.base_lrs = [9.0]  # a reset callback's kind of change, undone by restore
+    state.restore()
+    assert scheduler.last_epoch == 3 and scheduler.get_last_lr() == [0.25]
+    assert scheduler.base_lrs == [0.5]
+    scheduler.step()
+    state.restore()  # the saved copy was not changed by the first restore's use
+    assert scheduler.last_epoch == 3 and scheduler.base_lrs == [0.5]
+
+
 def test_torch_state_restore_before_any_step_empties_the_optimizer(rank):
     model = make_model(seed=7)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)

@@ -1,5 +1,5 @@
-"""TorchState: a model, an optimizer, ElasticSamplers and plain attributes kept as one
-elastic state."""
+"""TorchState: a model, an optimizer, ElasticSamplers, learning-rate schedulers and plain
+attributes kept as one elastic state."""
 
 import copy
 
@@ -11,22 +11,33 @@ from ..functions import allgather_object, broadcast_object, broadcast_optimizer_
 from .sampler import ElasticSampler
 
 
-class _Handler:
-    """One stateful object of a TorchState (a module, an optimizer, an ElasticSampler): its
-    state_dict() deep-copied at save and loaded back at restore (each load_state_dict copies
-    what it is given, so the saved copy stays intact for the next restore); `sync_fn(value)`
-    brings it to rank 0's state, which is then saved."""
+#: Learning-rate schedulers (a TorchState keeps their state_dict(), which leaves out the
+#: optimizer they drive): the base class under both of its torch names, and ReduceLROnPlateau,
+#: which is not one of its subclasses in every torch version.
+_SCHEDULERS = tuple(c for c in (getattr(torch.optim.lr_scheduler, "LRScheduler", None),
+                                getattr(torch.optim.lr_scheduler, "_LRScheduler", None),
+                                torch.optim.lr_scheduler.ReduceLROnPlateau) if c is not None)
 
-    def __init__(self, value, sync_fn):
+
+class _Handler:
+    """One stateful object of a TorchState (a module, an optimizer, an ElasticSampler, a
+    learning-rate scheduler): its state_dict() deep-copied at save and loaded back at restore
+    (modules and optimizers copy what they load; for the others, `copy_on_load`, a fresh copy
+    is loaded, so the saved one stays intact for the next restore); `sync_fn(value)` brings it
+    to rank 0's state, which is then saved."""
+
+    def __init__(self, value, sync_fn, copy_on_load=False):
         self.value = value
         self._sync_fn = sync_fn
+        self._copy_on_load = copy_on_load
         self.save()
 
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self._saved)
+        saved = copy.deepcopy(self._saved) if self._copy_on_load else self._saved
+        self.value.load_state_dict(saved)
 
     def sync(self):
         self._sync_fn(self.value)
@@ -55,6 +66,13 @@ def _sync_sampler(sampler):
     sampler.load_state_dict(broadcast_object(state, 0, name="horovod_cpp.elastic.sampler.state"))
 
 
+def _sync_scheduler(scheduler):
+    """Rank 0's schedule (its step count and learning rates); the optimizer's own state is
+    its handler's."""
+    scheduler.load_state_dict(broadcast_object(scheduler.state_dict(), 0,
+                                               name="horovod_cpp.elastic.scheduler.state"))
+
+
 def _handler_for(value):
     if isinstance(value, torch.nn.Module):
         return _Handler(value, _sync_model)
@@ -62,6 +80,8 @@ def _handler_for(value):
         return _Handler(value, _sync_optimizer)
     if isinstance(value, ElasticSampler):
         return _Handler(value, _sync_sampler)
+    if isinstance(value, _SCHEDULERS):
+        return _Handler(value, _sync_scheduler, copy_on_load=True)
     return None
 
 
@@ -70,8 +90,9 @@ class TorchState(ObjectState):
 
         state = hvd.elastic.TorchState(model, optimizer, sampler=train_sampler, epoch=0, batch=0)
 
-    Keyword arguments that are modules, optimizers or ElasticSamplers are handled like `model`
-    and `optimizer` (their tensors copied at commit, broadcast in place at sync); the others
+    Keyword arguments that are modules, optimizers, ElasticSamplers or learning-rate schedulers
+    (Horovod's examples pass scheduler=...) are handled like `model` and `optimizer` (their
+    state_dict() copied at commit, rank 0's loaded at sync); the others
     are plain attributes (ObjectState). Every one is an attribute of the state; assigning a new
     model or optimizer to it (state.model = m) makes the state follow the new object."""
 
