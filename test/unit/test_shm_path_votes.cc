@@ -35,8 +35,8 @@ std::vector<std::unique_ptr<ShmAllreduce>> make_ranks() {
 
 // `calls` calls of `kind` and `bytes` on every rank (the same calls, as every rank runs),
 // timed at `fold[r]` / `mpi[r]` seconds per byte on rank r.
-void feed(std::vector<std::unique_ptr<ShmAllreduce>>& ranks, GatherPaths::Kind kind,
-          int64_t bytes, int calls, const double (&fold)[kRanks], const double (&mpi)[kRanks]) {
+void feed(std::vector<std::unique_ptr<ShmAllreduce>>& ranks, GatherPaths::Kind kind, int64_t bytes,
+          int calls, const double (&fold)[kRanks], const double (&mpi)[kRanks]) {
   for (int i = 0; i < calls; ++i) {
     for (int r = 0; r < kRanks; ++r) {
       ShmAllreduce& s = *ranks[static_cast<size_t>(r)];
@@ -50,8 +50,7 @@ uint64_t bit(GatherPaths::Kind kind, int band) {
   return uint64_t{1} << GatherPaths::bit(kind, band);
 }
 
-TEST_CASE("shm path votes: every rank reads the peers' costs, class by class",
-          "[shm_path_votes]") {
+TEST_CASE("shm path votes: every rank reads the peers' costs, class by class", "[shm_path_votes]") {
   auto ranks = make_ranks();
   const auto a = GatherPaths::kAllreduce;
   const auto rs = GatherPaths::kReducescatter;
