@@ -130,7 +130,6 @@ Status ShmAllreduce::attach() {
   // The peers' processes, as each wrote it before the barrier that precedes attach(): from
   // here on a header rewritten by anyone cannot point process_vm_readv at another process.
   pids_.assign(static_cast<size_t>(size_), 0);
-  peer_costs_.assign(static_cast<size_t>(size_), GatherPaths::Costs{});
   for (int r = 0; r < size_; ++r) {
     pids_[static_cast<size_t>(r)] = r == rank_ ? static_cast<int64_t>(getpid()) : header(r)->pid;
     if (pids_[static_cast<size_t>(r)] <= 0) {
@@ -234,26 +233,30 @@ void ShmAllreduce::publish_path_costs(GatherPaths::Kind kind, int64_t bytes) {
 
 uint64_t ShmAllreduce::path_votes() {
   if (!paths_.enabled()) return 0;
-  // Recounted only after a timed call (every rank runs the same calls, so the peers' costs
-  // moved then too, in the same classes): a cycle of small collectives pays one test.
-  if (!costs_changed_ && !paths_.test_votes()) return votes_;
+  if (paths_.test_votes()) return paths_.votes(slowest_);  // drawn anew every cycle
+  // Counted again only after a timed call, and only for the classes timed since (every rank
+  // runs the same calls, so the peers' costs moved then too, in the same classes): a cycle of
+  // small collectives pays one test, a cycle after a timed call a class's few costs.
+  if (costs_changed_ == 0) return votes_;
   const uint64_t changed = costs_changed_;
   costs_changed_ = 0;
-  GatherPaths::Costs slowest = paths_.costs();
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    GatherPaths::Costs& peer = peer_costs_[static_cast<size_t>(r)];
-    double* v = &peer.c[0][0][0];
-    for (uint64_t m = changed; m != 0; m &= m - 1) {
-      const int at = 2 * __builtin_ctzll(m);
-      for (int i = at; i < at + 2; ++i) {
+  const double* own = &paths_.costs().c[0][0][0];
+  double* slowest = &slowest_.c[0][0][0];
+  for (uint64_t m = changed; m != 0; m &= m - 1) {
+    const int at = 2 * __builtin_ctzll(m);
+    for (int i = at; i < at + 2; ++i) {
+      double s = own[i];
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
         const uint64_t bits = header(r)->path_cost[i].load(std::memory_order_relaxed);
-        std::memcpy(&v[i], &bits, sizeof(bits));
+        double peer;
+        std::memcpy(&peer, &bits, sizeof(peer));
+        s = GatherPaths::slower(s, peer);
       }
+      slowest[i] = s;
     }
-    GatherPaths::fold_slowest(peer, &slowest);
   }
-  votes_ = paths_.votes(slowest);
+  votes_ = paths_.votes(slowest_, changed, votes_);
   return votes_;
 }
 

@@ -227,10 +227,11 @@ class ShmAllreduce {
   /// The classes (bit GatherPaths::bit()) timed since path_votes() last counted. Every rank
   /// times the same calls, so these are the classes whose costs the peers changed too: the
   /// only ones path_votes() reads again from their headers (each a cache line that the peer
-  /// has just written; reading every class cost a line transfer per 8 costs per peer).
+  /// has just written; reading every class cost a line transfer per 8 costs per peer) and
+  /// counts again.
   uint64_t costs_changed_ = 0;
-  std::vector<GatherPaths::Costs> peer_costs_;  // every rank's costs as path_votes() last read
-  uint64_t votes_ = 0;                          // path_votes()'s last count
+  GatherPaths::Costs slowest_;  // the slowest rank's costs as path_votes() last read them
+  uint64_t votes_ = 0;          // path_votes()'s last count
 };
 
 }  // namespace hvd
