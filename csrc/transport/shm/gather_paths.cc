@@ -43,7 +43,9 @@ void GatherPaths::fold_slowest(const Costs& peer, Costs* slowest) {
   for (size_t i = 0; i < sizeof(Costs) / sizeof(double); ++i) s[i] = slower(s[i], p[i]);
 }
 
-uint64_t GatherPaths::votes(const Costs& slowest) { return votes(slowest, kVoteMask, 0); }
+uint64_t GatherPaths::votes(const Costs& slowest) {
+  return votes(slowest, kVoteMask, 0);
+}
 
 uint64_t GatherPaths::votes(const Costs& slowest, uint64_t classes, uint64_t previous) {
   uint64_t enabled_bits = 0;
