@@ -123,8 +123,8 @@ class GatherPaths {
   /// fold_slowest()).
   uint64_t votes(const Costs& slowest);
   /// votes() counted again for the classes in `classes` only (bits as bit()): the other bits
-  /// are `previous`'s (a class's vote depends on its own costs and calls alone; the tests'
-  /// random votes are drawn whole).
+  /// are `previous`'s (a class's vote depends on its own costs, calls and agreed way alone; the
+  /// tests' random votes are drawn whole).
   uint64_t votes(const Costs& slowest, uint64_t classes, uint64_t previous);
 
   /// The votes every rank agreed on in this cycle (the OR of every rank's votes()).

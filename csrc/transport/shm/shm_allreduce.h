@@ -230,7 +230,7 @@ class ShmAllreduce {
   /// has just written; reading every class cost a line transfer per 8 costs per peer) and
   /// counts again.
   uint64_t costs_changed_ = 0;
-  GatherPaths::Costs slowest_;  // the slowest rank's costs as path_votes() last read them
+  GatherPaths::Costs slowest_;  // the slowest rank's costs, each class as last counted
   uint64_t votes_ = 0;          // path_votes()'s last count
 };
 
