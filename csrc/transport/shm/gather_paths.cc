@@ -38,18 +38,16 @@ void GatherPaths::record(Kind kind, int64_t bytes, bool second, double seconds) 
 }
 
 void GatherPaths::fold_slowest(const Costs& peer, Costs* slowest) {
-  for (int k = 0; k < kKinds; ++k) {
-    for (int b = 0; b < kBands; ++b) {
-      for (int w = 0; w < 2; ++w) {
-        double& s = slowest->c[k][b][w];
-        const double p = peer.c[k][b][w];
-        s = s == 0.0 || p == 0.0 ? 0.0 : std::max(s, p);
-      }
-    }
-  }
+  const double* p = &peer.c[0][0][0];
+  double* s = &slowest->c[0][0][0];
+  for (size_t i = 0; i < sizeof(Costs) / sizeof(double); ++i) s[i] = slower(s[i], p[i]);
 }
 
 uint64_t GatherPaths::votes(const Costs& slowest) {
+  return votes(slowest, kVoteMask, 0);
+}
+
+uint64_t GatherPaths::votes(const Costs& slowest, uint64_t classes, uint64_t previous) {
   uint64_t enabled_bits = 0;
   for (int k = 0; k < kKinds; ++k) {
     if ((kinds_ >> k) & 1u) {
@@ -62,23 +60,21 @@ uint64_t GatherPaths::votes(const Costs& slowest) {
     test_state_ ^= test_state_ << 17;
     return test_state_ & enabled_bits;
   }
-  uint64_t v = 0;
-  for (int k = 0; k < kKinds; ++k) {
-    if (!((kinds_ >> k) & 1u)) continue;
+  uint64_t v = previous & ~classes & enabled_bits;
+  for (uint64_t m = classes & enabled_bits; m != 0; m &= m - 1) {
+    const int i = __builtin_ctzll(m);
+    const int k = i / kBands, b = i % kBands;
     // The second way replaces the first only for a clear gain, and gives way as soon as the
     // first is faster again.
     const double gain = (kMpiKinds >> k) & 1u ? kMpiSwitchGain : kSwitchGain;
-    for (int b = 0; b < kBands; ++b) {
-      const double first = slowest.c[k][b][0], second = slowest.c[k][b][1];
-      // The first way until both are known from kMinSamples calls each.
-      if (first == 0.0 || second == 0.0 || samples_[k][b][0] <= kMinSamples ||
-          samples_[k][b][1] <= kMinSamples) {
-        continue;
-      }
-      const int i = bit(static_cast<Kind>(k), b);
-      const bool in_use = (agreed_ >> i) & 1u;
-      if (in_use ? second <= first : second * gain < first) v |= uint64_t{1} << i;
+    const double first = slowest.c[k][b][0], second = slowest.c[k][b][1];
+    // The first way until both are known from kMinSamples calls each.
+    if (first == 0.0 || second == 0.0 || samples_[k][b][0] <= kMinSamples ||
+        samples_[k][b][1] <= kMinSamples) {
+      continue;
     }
+    const bool in_use = (agreed_ >> i) & 1u;
+    if (in_use ? second <= first : second * gain < first) v |= uint64_t{1} << i;
   }
   return v;
 }

@@ -112,13 +112,20 @@ class GatherPaths {
   };
   /// This rank's costs.
   const Costs& costs() const { return costs_; }
-  /// Folds a peer's costs into `slowest`: the larger cost, or 0 where either is unmeasured.
+  /// Folds a peer's costs into `slowest`: slower() of each pair.
   static void fold_slowest(const Costs& peer, Costs* slowest);
+  /// The slower of two ranks' costs of one class and way: the larger, or 0 (unmeasured) where
+  /// either is.
+  static double slower(double a, double b) { return a == 0.0 || b == 0.0 ? 0.0 : (a < b ? b : a); }
 
   /// This rank's votes for the next cycle (a bit per class, kVoteBits bits; only the enabled
   /// kinds' bits), from the slowest rank's costs (costs() folded with every peer's by
   /// fold_slowest()).
   uint64_t votes(const Costs& slowest);
+  /// votes() counted again for the classes in `classes` only (bits as bit()): the other bits
+  /// are `previous`'s (a class's vote depends on its own costs, calls and agreed way alone; the
+  /// tests' random votes are drawn whole).
+  uint64_t votes(const Costs& slowest, uint64_t classes, uint64_t previous);
 
   /// The votes every rank agreed on in this cycle (the OR of every rank's votes()).
   void set_agreed(uint64_t mask) { agreed_ = mask & kVoteMask; }

@@ -211,35 +211,52 @@ Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
   return Status::OK();
 }
 
-void ShmAllreduce::publish_path_costs() {
-  costs_changed_ = true;
-  const GatherPaths::Costs& c = paths_.costs();
-  const double* v = &c.c[0][0][0];
-  for (size_t i = 0; i < sizeof(c) / sizeof(double); ++i) {
+// A class's two costs (c[kind][band][0..1]) lie at 2 * GatherPaths::bit(kind, band) in the
+// flat array, and so in the header: 16 bytes, never across a cache line.
+void ShmAllreduce::publish_path_costs(GatherPaths::Kind kind, int64_t bytes) {
+  const int band = paths_.band(kind, bytes);
+  if (band < 0) return;
+  const int bit = GatherPaths::bit(kind, band);
+  costs_changed_ |= uint64_t{1} << bit;
+  const double* v = paths_.costs().c[kind][band];
+  for (int w = 0; w < 2; ++w) {
     uint64_t bits;
-    std::memcpy(&bits, &v[i], sizeof(bits));
-    header(rank_)->path_cost[i].store(bits, std::memory_order_relaxed);
+    std::memcpy(&bits, &v[w], sizeof(bits));
+    // Written only when it changed (a cost is the fastest of recent calls: most calls leave
+    // it): an unwritten line stays in the peers' caches, and their next read costs nothing.
+    std::atomic<uint64_t>& published = header(rank_)->path_cost[2 * bit + w];
+    if (published.load(std::memory_order_relaxed) != bits) {
+      published.store(bits, std::memory_order_relaxed);
+    }
   }
 }
 
 uint64_t ShmAllreduce::path_votes() {
   if (!paths_.enabled()) return 0;
-  // Recounted only after a timed call (every rank runs the same calls, so the peers' costs
-  // moved then too): a cycle of small collectives pays one test of a flag.
-  if (!costs_changed_ && !paths_.test_votes()) return votes_;
-  costs_changed_ = false;
-  GatherPaths::Costs slowest = paths_.costs();
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    GatherPaths::Costs peer;
-    double* v = &peer.c[0][0][0];
-    for (size_t i = 0; i < sizeof(peer) / sizeof(double); ++i) {
-      const uint64_t bits = header(r)->path_cost[i].load(std::memory_order_relaxed);
-      std::memcpy(&v[i], &bits, sizeof(bits));
+  if (paths_.test_votes()) return paths_.votes(slowest_);  // drawn anew every cycle
+  // Counted again only after a timed call, and only for the classes timed since (every rank
+  // runs the same calls, so the peers' costs moved then too, in the same classes): a cycle of
+  // small collectives pays one test, a cycle after a timed call a class's few costs.
+  if (costs_changed_ == 0) return votes_;
+  const uint64_t changed = costs_changed_;
+  costs_changed_ = 0;
+  const double* own = &paths_.costs().c[0][0][0];
+  double* slowest = &slowest_.c[0][0][0];
+  for (uint64_t m = changed; m != 0; m &= m - 1) {
+    const int at = 2 * __builtin_ctzll(m);
+    for (int i = at; i < at + 2; ++i) {
+      double s = own[i];
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        const uint64_t bits = header(r)->path_cost[i].load(std::memory_order_relaxed);
+        double peer;
+        std::memcpy(&peer, &bits, sizeof(peer));
+        s = GatherPaths::slower(s, peer);
+      }
+      slowest[i] = s;
     }
-    GatherPaths::fold_slowest(peer, &slowest);
   }
-  votes_ = paths_.votes(slowest);
+  votes_ = paths_.votes(slowest_, changed, votes_);
   return votes_;
 }
 

@@ -84,10 +84,10 @@ class ShmAllreduce {
   GatherPaths& paths() { return paths_; }
   uint64_t path_votes();
   /// Records a timed call that paths().second_way() placed (GatherPaths::record) and
-  /// publishes this rank's costs for the peers' votes.
+  /// publishes this rank's costs of its class for the peers' votes.
   void record_path(GatherPaths::Kind kind, int64_t bytes, bool second, double seconds) {
     paths_.record(kind, bytes, second, seconds);
-    publish_path_costs();
+    publish_path_costs(kind, bytes);
   }
   /// Ranks outnumber cores on this host: waits yield the core while they spin.
   void set_yield_core(bool yield) { yield_core_ = yield; }
@@ -165,8 +165,9 @@ class ShmAllreduce {
   /// Runs `run(single)` the chosen way, timing it for the measured paths where they chose.
   template <typename Run>
   Status run_way(GatherPaths::Kind kind, int64_t bytes, int64_t factor, Run&& run);
-  /// Copies paths_.costs() into this rank's header, for the peers' path_votes().
-  void publish_path_costs();
+  /// Copies paths_.costs() of the class of `kind` and `bytes` (both ways) into this rank's
+  /// header, for the peers' path_votes(), and marks the class as changed for this rank's.
+  void publish_path_costs(GatherPaths::Kind kind, int64_t bytes);
   Status broadcast_single(void* buf, int64_t bytes, int root);
   Status broadcast_two(void* buf, int64_t bytes, int root);
   Status allgather_two(const unsigned char* src, unsigned char* dst,
@@ -223,7 +224,13 @@ class ShmAllreduce {
   std::vector<int64_t> starts_;
   GatherPaths paths_;  // off unless enable_measured_paths()
   PeerWatch watch_;    // off unless make_shm_allreduce() turned it on
-  bool costs_changed_ = false;  // a timed call since path_votes() last counted
+  /// The classes (bit GatherPaths::bit()) timed since path_votes() last counted. Every rank
+  /// times the same calls, so these are the classes whose costs the peers changed too: the
+  /// only ones path_votes() reads again from their headers (each a cache line that the peer
+  /// has just written; reading every class cost a line transfer per 8 costs per peer) and
+  /// counts again.
+  uint64_t costs_changed_ = 0;
+  GatherPaths::Costs slowest_;  // the slowest rank's costs, each class as last counted
   uint64_t votes_ = 0;          // path_votes()'s last count
 };
 
