@@ -73,6 +73,18 @@ void send_to_all(gloo::Context& ctx, Buffer& b, int root, uint64_t slot,
   for (int q = 1; q < ctx.size; ++q) wait_send(b, timeout);
 }
 
+// buf = buf (op) their_value, the lower rank's operand first whichever side computes, so that
+// both sides get the same bits; `their_value` (from `peer`) may be overwritten.
+void combine_in_rank_order(int rank, int peer, char* buf, char* their_value, size_t bytes,
+                           const CombineBytes& combine) {
+  if (rank < peer) {
+    combine(buf, buf, their_value, bytes);
+  } else {
+    combine(their_value, their_value, buf, bytes);
+    std::memcpy(buf, their_value, bytes);
+  }
+}
+
 }  // namespace
 
 void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char* buf, size_t bytes,
@@ -113,14 +125,8 @@ void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char*
   for (int s = 1; s <= steps; ++s) {
     theirs[static_cast<size_t>(s)]->recv(r ^ (1 << (s - 1)), slot(static_cast<uint32_t>(s)));
   }
-  // The lower rank's operand first, whichever side computes: both sides get the same bits.
   const auto combine_with = [&](int peer, char* their_value) {
-    if (r < peer) {
-      combine(buf, buf, their_value, bytes);
-    } else {
-      combine(their_value, their_value, buf, bytes);
-      std::memcpy(buf, their_value, bytes);
-    }
+    combine_in_rank_order(r, peer, buf, their_value, bytes, combine);
   };
   if (r < extra) {
     wait_recv(*theirs[0], timeout);
@@ -154,14 +160,8 @@ void direct_allreduce(DirectLinks& links, char* buf, size_t bytes, const Combine
     std::memcpy(buf, links.receive(r - p), bytes);
     return;
   }
-  // The lower rank's operand first, whichever side computes: both sides get the same bits.
   const auto combine_with = [&](int peer, char* their_value) {
-    if (r < peer) {
-      combine(buf, buf, their_value, bytes);
-    } else {
-      combine(their_value, their_value, buf, bytes);
-      std::memcpy(buf, their_value, bytes);
-    }
+    combine_in_rank_order(r, peer, buf, their_value, bytes, combine);
   };
   if (r < extra) combine_with(r + p, links.receive(r + p));
   for (int bit = 1; bit < p; bit *= 2) {
