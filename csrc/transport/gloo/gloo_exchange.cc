@@ -217,9 +217,21 @@ void flat_broadcast(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix
   wait_recv(*rest, timeout);
 }
 
-void flat_broadcast_bytes(gloo::Context& ctx, uint8_t slot_prefix, int root, char* buf,
-                          size_t bytes) {
+void flat_broadcast_bytes(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
+                          char* buf, size_t bytes) {
   if (ctx.size == 1 || bytes == 0) return;
+  if (direct != nullptr && bytes <= DirectLinks::kMaxBytes) {
+    if (ctx.rank == root) {
+      for (int q = 0; q < ctx.size; ++q) {
+        if (q == root) continue;
+        std::memcpy(direct->outbox(q), buf, bytes);
+        direct->send(q, bytes);
+      }
+    } else {
+      std::memcpy(buf, direct->receive(root), bytes);
+    }
+    return;
+  }
   const auto timeout = ctx.getTimeout();
   const uint64_t slot = gloo::Slot::build(slot_prefix, 0);
   auto b = buffer_of(ctx, buf, bytes);

@@ -42,9 +42,11 @@ void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char*
 void direct_allreduce(DirectLinks& links, char* buf, size_t bytes, const CombineBytes& combine);
 
 /// `bytes` at `buf` from `root` to every member, sent by the root to each directly: one
-/// message in the chain, n - 1 at the root (for small buffers). Slots: `slot_prefix`, tag 0.
-void flat_broadcast_bytes(gloo::Context& ctx, uint8_t slot_prefix, int root, char* buf,
-                          size_t bytes);
+/// message in the chain, n - 1 at the root (for small buffers). Over `direct` when given
+/// (links between the same members as `ctx`) and `bytes` fits them. Slots: `slot_prefix`,
+/// tag 0.
+void flat_broadcast_bytes(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
+                          char* buf, size_t bytes);
 
 /// How many bytes of a blob travel with its length in the first message (the rest, if any,
 /// follows as a second message).

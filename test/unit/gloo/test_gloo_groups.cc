@@ -25,7 +25,7 @@ void with_control_planes(int n, const std::string& prefix,
       std::unique_ptr<DirectLinks> direct;
       Status s = connect_group(*job.job(r), p + "/control", r, n, p, &ctx);
       if (s.ok() && with_direct && n > 1) {
-        s = connect_direct_links(*job.job(r), p + "/direct", r, n, p, &direct);
+        s = connect_direct_links(*job.job(r), p + "/control/direct", r, n, p, &direct);
       }
       if (!s.ok()) return job.fail(r, s.message());
       GlooControlPlane plane(std::move(ctx), "test set", std::move(direct));

@@ -75,7 +75,7 @@ void lose_rank_two_direct(const std::string& prefix, bool close_connections) {
     std::unique_ptr<DirectLinks> direct;
     Status s = connect_group(*job.job(r), prefix + "/control", r, 3, "test set", &ctx);
     if (s.ok())
-      s = connect_direct_links(*job.job(r), prefix + "/direct", r, 3, "test set", &direct);
+      s = connect_direct_links(*job.job(r), prefix + "/control/direct", r, 3, "test set", &direct);
     if (!s.ok()) return job.fail(r, "connect: " + s.message());
     auto plane = std::make_unique<GlooControlPlane>(std::move(ctx), "test set", std::move(direct));
     std::vector<uint64_t> words(4, ~0ull);
