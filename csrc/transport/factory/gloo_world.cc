@@ -302,6 +302,11 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   std::shared_ptr<gloo::Context> control;
   HVD_RETURN_IF_ERROR(
       connect_group(job_, prefix + "/control", me, n, name + " (control)", &control));
+  std::unique_ptr<DirectLinks> direct;  // the negotiation's small messages
+  if (n > 1) {
+    HVD_RETURN_IF_ERROR(
+        connect_direct_links(job_, prefix + "/direct", me, n, name + " (direct)", &direct));
+  }
   TransportContext ctx;
   ctx.set_id = id;
   ctx.layout.global_ranks = ranks;
@@ -314,7 +319,8 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   ctx.local_size = place_.local_size;
   ctx.cores_shared = cores_shared(place_.local_size);
   ctx.lost_peer_code = ErrorCode::kInternal;  // a lost peer is hvd::InternalError under Gloo
-  planes->control = std::make_unique<GlooControlPlane>(std::move(control), name);
+  planes->control =
+      std::make_unique<GlooControlPlane>(std::move(control), name, std::move(direct));
   finish_set_planes(ctx, &planes->control, &planes->transports);
   *out = std::move(planes);
   return Status::OK();

@@ -16,9 +16,11 @@
 namespace hvd {
 
 GlooBootstrap::GlooBootstrap(const GlooJob* job, std::shared_ptr<gloo::Context> ctx,
-                             std::string prefix, std::string name)
+                             std::string prefix, std::string name,
+                             std::shared_ptr<DirectLinks> direct)
     : job_(job),
       ctx_(std::move(ctx)),
+      direct_(std::move(direct)),
       prefix_(std::move(prefix)),
       name_(std::move(name)),
       rank_(ctx_->rank),
@@ -28,7 +30,13 @@ Status GlooBootstrap::connect(const GlooJob* job, const std::string& prefix, int
                               std::string name, std::unique_ptr<GlooBootstrap>* out) {
   std::shared_ptr<gloo::Context> ctx;
   HVD_RETURN_IF_ERROR(connect_group(*job, prefix, rank, size, name, &ctx));
-  *out = std::make_unique<GlooBootstrap>(job, std::move(ctx), prefix, std::move(name));
+  std::unique_ptr<DirectLinks> direct;
+  if (size > 1) {
+    HVD_RETURN_IF_ERROR(
+        connect_direct_links(*job, prefix + "/direct", rank, size, name + " (direct)", &direct));
+  }
+  *out = std::make_unique<GlooBootstrap>(job, std::move(ctx), prefix, std::move(name),
+                                         std::move(direct));
   return Status::OK();
 }
 
@@ -112,7 +120,7 @@ Status GlooBootstrap::split_host(std::unique_ptr<Bootstrap>* out) {
 }
 
 Status GlooBootstrap::make_data_plane(std::unique_ptr<DataPlane>* out) {
-  *out = std::make_unique<GlooDataPlane>(ctx_, name_);
+  *out = std::make_unique<GlooDataPlane>(ctx_, name_, direct_);
   return Status::OK();
 }
 

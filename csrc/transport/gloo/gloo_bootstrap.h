@@ -5,6 +5,7 @@
 #include <string>
 
 #include "transport/bootstrap.h"
+#include "transport/gloo/gloo_direct.h"
 #include "transport/gloo/gloo_group.h"
 
 namespace gloo {
@@ -20,11 +21,13 @@ namespace hvd {
 /// on this group's context.
 class GlooBootstrap : public Bootstrap {
  public:
-  /// `job` outlives this object; `ctx` is connected (connect_group) under `prefix`.
+  /// `job` outlives this object; `ctx` is connected (connect_group) under `prefix`; `direct`
+  /// (may be null) links the same members for the data plane's small messages.
   GlooBootstrap(const GlooJob* job, std::shared_ptr<gloo::Context> ctx, std::string prefix,
-                std::string name);
+                std::string name, std::shared_ptr<DirectLinks> direct = nullptr);
 
-  /// Connects a new group of `size` members under `prefix` (collective over them).
+  /// Connects a new group of `size` members under `prefix`, and its direct links (collective
+  /// over them).
   static Status connect(const GlooJob* job, const std::string& prefix, int rank, int size,
                         std::string name, std::unique_ptr<GlooBootstrap>* out);
 
@@ -47,6 +50,7 @@ class GlooBootstrap : public Bootstrap {
 
   const GlooJob* job_;
   std::shared_ptr<gloo::Context> ctx_;
+  std::shared_ptr<DirectLinks> direct_;
   const std::string prefix_;
   const std::string name_;
   int rank_ = 0, size_ = 1;

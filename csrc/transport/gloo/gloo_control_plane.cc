@@ -4,6 +4,7 @@
 #include <gloo/context.h>
 
 #include "transport/gloo/gloo_call.h"
+#include "transport/gloo/gloo_direct.h"
 #include "transport/gloo/gloo_exchange.h"
 
 namespace hvd {
@@ -24,14 +25,26 @@ void and_words(char* out, const char* a, const char* b, size_t bytes) {
 
 }  // namespace
 
-GlooControlPlane::GlooControlPlane(std::shared_ptr<gloo::Context> ctx, std::string group)
-    : ctx_(std::move(ctx)), group_(std::move(group)), rank_(ctx_->rank), size_(ctx_->size) {}
+GlooControlPlane::GlooControlPlane(std::shared_ptr<gloo::Context> ctx, std::string group,
+                                   std::unique_ptr<DirectLinks> direct)
+    : ctx_(std::move(ctx)),
+      direct_(std::move(direct)),
+      group_(std::move(group)),
+      rank_(ctx_->rank),
+      size_(ctx_->size) {}
+
+GlooControlPlane::~GlooControlPlane() = default;
 
 Status GlooControlPlane::allreduce_and(std::vector<uint64_t>* words) {
   if (size_ == 1 || words->empty()) return Status::OK();
   return gloo_call(group_, "coordination bit vector exchange (gloo allreduce)", [&] {
-    recursive_doubling_allreduce(*ctx_, kAndSlotPrefix, reinterpret_cast<char*>(words->data()),
-                                 words->size() * sizeof(uint64_t), &scratch_, &and_words);
+    char* const buf = reinterpret_cast<char*>(words->data());
+    const size_t bytes = words->size() * sizeof(uint64_t);
+    if (direct_ && bytes <= DirectLinks::kMaxBytes) {
+      direct_allreduce(*direct_, buf, bytes, &and_words);
+    } else {
+      recursive_doubling_allreduce(*ctx_, kAndSlotPrefix, buf, bytes, &scratch_, &and_words);
+    }
   });
 }
 
@@ -40,14 +53,16 @@ Status GlooControlPlane::gather(const std::string& mine, std::vector<std::string
     all->assign(1, mine);
     return Status::OK();
   }
-  return gloo_call(group_, "negotiation gather (gloo point to point)",
-                   [&] { flat_gather(*ctx_, kGatherSlotPrefix, mine, all, &scratch_); });
+  return gloo_call(group_, "negotiation gather (gloo point to point)", [&] {
+    flat_gather(*ctx_, direct_.get(), kGatherSlotPrefix, mine, all, &scratch_);
+  });
 }
 
 Status GlooControlPlane::broadcast(std::string* blob) {
   if (size_ == 1) return Status::OK();
-  return gloo_call(group_, "negotiation broadcast (gloo)",
-                   [&] { flat_broadcast(*ctx_, kBroadcastSlotPrefix, 0, blob, &scratch_); });
+  return gloo_call(group_, "negotiation broadcast (gloo)", [&] {
+    flat_broadcast(*ctx_, direct_.get(), kBroadcastSlotPrefix, 0, blob, &scratch_);
+  });
 }
 
 }  // namespace hvd

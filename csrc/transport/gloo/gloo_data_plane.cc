@@ -56,8 +56,13 @@ constexpr size_t kFlatBroadcastMaxBytes = 256 << 10;
 
 }  // namespace
 
-GlooDataPlane::GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string group)
-    : ctx_(std::move(ctx)), group_(std::move(group)), rank_(ctx_->rank), size_(ctx_->size) {}
+GlooDataPlane::GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string group,
+                             std::shared_ptr<DirectLinks> direct)
+    : ctx_(std::move(ctx)),
+      direct_(std::move(direct)),
+      group_(std::move(group)),
+      rank_(ctx_->rank),
+      size_(ctx_->size) {}
 
 Status GlooDataPlane::allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
   if (count == 0 || size_ == 1) return Status::OK();
@@ -65,11 +70,16 @@ Status GlooDataPlane::allreduce(void* buf, int64_t count, DataType dtype, Reduce
   const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
   if (bytes <= kRecursiveDoublingMaxBytes) {
     return gloo_call(group_, "gloo allreduce", [&] {
-      recursive_doubling_allreduce(
-          *ctx_, kSmallAllreduceSlotPrefix, static_cast<char*>(buf), bytes, &incoming_,
-          [dtype, op](char* out, const char* a, const char* b, size_t n) {
-            reduce_to(out, a, b, static_cast<int64_t>(n / dtype_size(dtype)), dtype, op);
-          });
+      const auto combine = [dtype, op](char* out, const char* a, const char* b, size_t n) {
+        reduce_to(out, a, b, static_cast<int64_t>(n / dtype_size(dtype)), dtype, op);
+      };
+      char* const p = static_cast<char*>(buf);
+      if (direct_ && bytes <= DirectLinks::kMaxBytes) {
+        direct_allreduce(*direct_, p, bytes, combine);
+      } else {
+        recursive_doubling_allreduce(*ctx_, kSmallAllreduceSlotPrefix, p, bytes, &incoming_,
+                                     combine);
+      }
     });
   }
   return gloo_call(group_, "gloo allreduce", [&] {
@@ -169,8 +179,8 @@ Status GlooDataPlane::broadcast(void* buf, int64_t bytes, int root) {
   if (bytes == 0 || size_ == 1) return Status::OK();
   if (static_cast<size_t>(bytes) * static_cast<size_t>(size_ - 1) <= kFlatBroadcastMaxBytes) {
     return gloo_call(group_, "gloo broadcast", [&] {
-      flat_broadcast_bytes(*ctx_, kSmallBroadcastSlotPrefix, root, static_cast<char*>(buf),
-                           static_cast<size_t>(bytes));
+      flat_broadcast_bytes(*ctx_, direct_.get(), kSmallBroadcastSlotPrefix, root,
+                           static_cast<char*>(buf), static_cast<size_t>(bytes));
     });
   }
   return gloo_call(group_, "gloo broadcast", [&] {

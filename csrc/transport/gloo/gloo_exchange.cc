@@ -12,6 +12,8 @@
 #include <memory>
 #include <stdexcept>
 
+#include "transport/gloo/gloo_direct.h"
+
 namespace hvd {
 namespace {
 
@@ -71,6 +73,18 @@ void send_to_all(gloo::Context& ctx, Buffer& b, int root, uint64_t slot,
   for (int q = 1; q < ctx.size; ++q) wait_send(b, timeout);
 }
 
+// buf = buf (op) their_value, the lower rank's operand first whichever side computes, so that
+// both sides get the same bits; `their_value` (from `peer`) may be overwritten.
+void combine_in_rank_order(int rank, int peer, char* buf, char* their_value, size_t bytes,
+                           const CombineBytes& combine) {
+  if (rank < peer) {
+    combine(buf, buf, their_value, bytes);
+  } else {
+    combine(their_value, their_value, buf, bytes);
+    std::memcpy(buf, their_value, bytes);
+  }
+}
+
 }  // namespace
 
 void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char* buf, size_t bytes,
@@ -111,14 +125,8 @@ void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char*
   for (int s = 1; s <= steps; ++s) {
     theirs[static_cast<size_t>(s)]->recv(r ^ (1 << (s - 1)), slot(static_cast<uint32_t>(s)));
   }
-  // The lower rank's operand first, whichever side computes: both sides get the same bits.
   const auto combine_with = [&](int peer, char* their_value) {
-    if (r < peer) {
-      combine(buf, buf, their_value, bytes);
-    } else {
-      combine(their_value, their_value, buf, bytes);
-      std::memcpy(buf, their_value, bytes);
-    }
+    combine_in_rank_order(r, peer, buf, their_value, bytes, combine);
   };
   if (r < extra) {
     wait_recv(*theirs[0], timeout);
@@ -137,8 +145,35 @@ void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char*
   }
 }
 
-void flat_broadcast(gloo::Context& ctx, uint8_t slot_prefix, int root, std::string* blob,
-                    std::vector<char>* inbox) {
+void direct_allreduce(DirectLinks& links, char* buf, size_t bytes, const CombineBytes& combine) {
+  const int n = links.size(), r = links.rank();
+  if (n == 1 || bytes == 0) return;
+  int p = 1;
+  while (p <= n / 2) p *= 2;
+  const int extra = n - p;
+  const auto send = [&](int peer) {
+    std::memcpy(links.outbox(peer), buf, bytes);
+    links.send(peer, bytes);
+  };
+  if (r >= p) {  // folded: my value to r - p, the result back from it
+    send(r - p);
+    std::memcpy(buf, links.receive(r - p), bytes);
+    return;
+  }
+  const auto combine_with = [&](int peer, char* their_value) {
+    combine_in_rank_order(r, peer, buf, their_value, bytes, combine);
+  };
+  if (r < extra) combine_with(r + p, links.receive(r + p));
+  for (int bit = 1; bit < p; bit *= 2) {
+    const int peer = r ^ bit;
+    send(peer);  // both peers write before they read: kMaxBytes fits the sockets' buffers
+    combine_with(peer, links.receive(peer));
+  }
+  if (r < extra) send(r + p);
+}
+
+void flat_broadcast(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
+                    std::string* blob, std::vector<char>* inbox) {
   const int n = ctx.size, r = ctx.rank;
   if (n == 1) return;
   const auto timeout = ctx.getTimeout();
@@ -146,20 +181,35 @@ void flat_broadcast(gloo::Context& ctx, uint8_t slot_prefix, int root, std::stri
   const uint64_t rest_slot = gloo::Slot::build(slot_prefix, 1);
   if (r == root) {
     const size_t head_bytes = first_message(*blob, inbox);
-    send_to_all(ctx, *buffer_of(ctx, inbox->data(), head_bytes), root, head_slot, timeout);
+    if (direct != nullptr) {
+      for (int q = 0; q < n; ++q) {
+        if (q == root) continue;
+        std::memcpy(direct->outbox(q), inbox->data(), head_bytes);
+        direct->send(q, head_bytes);
+      }
+    } else {
+      send_to_all(ctx, *buffer_of(ctx, inbox->data(), head_bytes), root, head_slot, timeout);
+    }
     if (blob->size() > kInlineBytes) {
       send_to_all(ctx, *buffer_of(ctx, &(*blob)[kInlineBytes], blob->size() - kInlineBytes), root,
                   rest_slot, timeout);
     }
     return;
   }
-  inbox->resize(kFirstMessage);
-  auto head = buffer_of(ctx, inbox->data(), kFirstMessage);
-  head->recv(root, head_slot);  // the root's message may be shorter: it says how long
-  wait_recv(*head, timeout);
-  const int64_t len = length_in(inbox->data(), root);
+  // The root's first message may be shorter than kFirstMessage: it says how long it is.
+  const char* head = nullptr;
+  if (direct != nullptr) {
+    head = direct->receive(root);
+  } else {
+    inbox->resize(kFirstMessage);
+    auto b = buffer_of(ctx, inbox->data(), kFirstMessage);
+    b->recv(root, head_slot);
+    wait_recv(*b, timeout);
+    head = inbox->data();
+  }
+  const int64_t len = length_in(head, root);
   const size_t inline_bytes = std::min(static_cast<size_t>(len), kInlineBytes);
-  blob->assign(inbox->data() + kHeader, inline_bytes);
+  blob->assign(head + kHeader, inline_bytes);
   if (static_cast<size_t>(len) <= kInlineBytes) return;
   blob->resize(static_cast<size_t>(len));
   auto rest = buffer_of(ctx, &(*blob)[kInlineBytes], blob->size() - kInlineBytes);
@@ -167,9 +217,21 @@ void flat_broadcast(gloo::Context& ctx, uint8_t slot_prefix, int root, std::stri
   wait_recv(*rest, timeout);
 }
 
-void flat_broadcast_bytes(gloo::Context& ctx, uint8_t slot_prefix, int root, char* buf,
-                          size_t bytes) {
+void flat_broadcast_bytes(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
+                          char* buf, size_t bytes) {
   if (ctx.size == 1 || bytes == 0) return;
+  if (direct != nullptr && bytes <= DirectLinks::kMaxBytes) {
+    if (ctx.rank == root) {
+      for (int q = 0; q < ctx.size; ++q) {
+        if (q == root) continue;
+        std::memcpy(direct->outbox(q), buf, bytes);
+        direct->send(q, bytes);
+      }
+    } else {
+      std::memcpy(buf, direct->receive(root), bytes);
+    }
+    return;
+  }
   const auto timeout = ctx.getTimeout();
   const uint64_t slot = gloo::Slot::build(slot_prefix, 0);
   auto b = buffer_of(ctx, buf, bytes);
@@ -181,23 +243,28 @@ void flat_broadcast_bytes(gloo::Context& ctx, uint8_t slot_prefix, int root, cha
   }
 }
 
-void flat_gather(gloo::Context& ctx, uint8_t slot_prefix, const std::string& mine,
-                 std::vector<std::string>* all, std::vector<char>* inbox) {
+void flat_gather(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix,
+                 const std::string& mine, std::vector<std::string>* all, std::vector<char>* inbox) {
   const int n = ctx.size, r = ctx.rank;
   const auto timeout = ctx.getTimeout();
   const uint64_t head_slot = gloo::Slot::build(slot_prefix, 0);
   const uint64_t rest_slot = gloo::Slot::build(slot_prefix, 1);
   if (r != 0) {
     const size_t head_bytes = first_message(mine, inbox);
-    auto head = buffer_of(ctx, inbox->data(), head_bytes);
-    head->send(0, head_slot);
-    std::unique_ptr<Buffer> rest;
+    std::unique_ptr<Buffer> head, rest;
+    if (direct != nullptr) {
+      std::memcpy(direct->outbox(0), inbox->data(), head_bytes);
+      direct->send(0, head_bytes);
+    } else {
+      head = buffer_of(ctx, inbox->data(), head_bytes);
+      head->send(0, head_slot);
+    }
     if (mine.size() > kInlineBytes) {
       rest =
           buffer_of(ctx, const_cast<char*>(mine.data()) + kInlineBytes, mine.size() - kInlineBytes);
       rest->send(0, rest_slot);
     }
-    wait_send(*head, timeout);
+    if (head) wait_send(*head, timeout);
     if (rest) wait_send(*rest, timeout);
     return;
   }
@@ -205,11 +272,18 @@ void flat_gather(gloo::Context& ctx, uint8_t slot_prefix, const std::string& min
   (*all)[0] = mine;
   if (n == 1) return;
   inbox->resize(kFirstMessage * static_cast<size_t>(n));
-  auto heads = buffer_of(ctx, inbox->data(), inbox->size());
-  for (int q = 1; q < n; ++q) {
-    heads->recv(q, head_slot, kFirstMessage * static_cast<size_t>(q), kFirstMessage);
+  if (direct != nullptr) {
+    for (int q = 1; q < n; ++q) {
+      std::memcpy(inbox->data() + kFirstMessage * static_cast<size_t>(q), direct->receive(q),
+                  kFirstMessage);
+    }
+  } else {
+    auto heads = buffer_of(ctx, inbox->data(), inbox->size());
+    for (int q = 1; q < n; ++q) {
+      heads->recv(q, head_slot, kFirstMessage * static_cast<size_t>(q), kFirstMessage);
+    }
+    for (int q = 1; q < n; ++q) wait_recv(*heads, timeout);
   }
-  for (int q = 1; q < n; ++q) wait_recv(*heads, timeout);
   std::vector<std::unique_ptr<Buffer>> rests;
   for (int q = 1; q < n; ++q) {
     const char* head = inbox->data() + kFirstMessage * static_cast<size_t>(q);

@@ -24,6 +24,8 @@ class Context;
 
 namespace hvd {
 
+class DirectLinks;
+
 /// out = a (op) b over `bytes` bytes; `out` may be `a`, never `b`.
 using CombineBytes = std::function<void(char* out, const char* a, const char* b, size_t bytes)>;
 
@@ -35,25 +37,33 @@ using CombineBytes = std::function<void(char* out, const char* a, const char* b,
 void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char* buf, size_t bytes,
                                   std::vector<char>* scratch, const CombineBytes& combine);
 
+/// recursive_doubling_allreduce() over synchronous links (gloo_direct.h): every receive read
+/// in this thread. `bytes` <= DirectLinks::kMaxBytes.
+void direct_allreduce(DirectLinks& links, char* buf, size_t bytes, const CombineBytes& combine);
+
 /// `bytes` at `buf` from `root` to every member, sent by the root to each directly: one
-/// message in the chain, n - 1 at the root (for small buffers). Slots: `slot_prefix`, tag 0.
-void flat_broadcast_bytes(gloo::Context& ctx, uint8_t slot_prefix, int root, char* buf,
-                          size_t bytes);
+/// message in the chain, n - 1 at the root (for small buffers). Over `direct` when given
+/// (links between the same members as `ctx`) and `bytes` fits them. Slots: `slot_prefix`,
+/// tag 0.
+void flat_broadcast_bytes(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
+                          char* buf, size_t bytes);
 
 /// How many bytes of a blob travel with its length in the first message (the rest, if any,
 /// follows as a second message).
 constexpr size_t kInlineBytes = 2040;
 
 /// `root`'s blob to every member, sent by the root to each directly: one message per member
-/// when the blob fits kInlineBytes. `inbox` holds the first message at the receivers.
-/// Slots: `slot_prefix` with tags 0 and 1.
-void flat_broadcast(gloo::Context& ctx, uint8_t slot_prefix, int root, std::string* blob,
-                    std::vector<char>* inbox);
+/// when the blob fits kInlineBytes. The first message goes over `direct` when given (links
+/// between the same members as `ctx`), else through `ctx` like the rest. `inbox` holds the
+/// first message. Slots: `slot_prefix` with tags 0 and 1.
+void flat_broadcast(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
+                    std::string* blob, std::vector<char>* inbox);
 
 /// Every member's `mine` to rank 0 (`all`, in rank order; left alone elsewhere): one message
-/// per member when it fits kInlineBytes. `inbox` holds the first messages at rank 0. Slots:
-/// `slot_prefix` with tags 0 and 1.
-void flat_gather(gloo::Context& ctx, uint8_t slot_prefix, const std::string& mine,
-                 std::vector<std::string>* all, std::vector<char>* inbox);
+/// per member when it fits kInlineBytes. The first messages go over `direct` when given, as
+/// in flat_broadcast(). `inbox` holds the first messages at rank 0. Slots: `slot_prefix` with
+/// tags 0 and 1.
+void flat_gather(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix,
+                 const std::string& mine, std::vector<std::string>* all, std::vector<char>* inbox);
 
 }  // namespace hvd

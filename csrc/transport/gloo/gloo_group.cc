@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "transport/gloo/gloo_call.h"
+#include "transport/gloo/gloo_direct.h"
 
 namespace hvd {
 
@@ -72,14 +73,19 @@ std::shared_ptr<gloo::transport::Device> make_loopback_device() {
   return make_tcp_device("127.0.0.1", "");
 }
 
-Status connect_group(const GlooJob& job, const std::string& prefix, int rank, int size,
-                     const std::string& name, std::shared_ptr<gloo::Context>* out) {
+namespace {
+
+// Connects with `pair_timeout` as the pairs' own timeout (the one a synchronous pair keeps for
+// its reads), then sets the op timeout for what runs on the context.
+Status connect_with(const GlooJob& job, const std::string& prefix, int rank, int size,
+                    const std::string& name, std::chrono::milliseconds pair_timeout,
+                    std::shared_ptr<gloo::Context>* out) {
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
   const std::string call = "connecting (store prefix " + prefix + ")";
   HVD_RETURN_IF_ERROR(gloo_call(name, call.c_str(), [&] {
     PatientStore patient(*job.store, job.connect_timeout);
     gloo::rendezvous::PrefixStore store(prefix, patient);
-    ctx->setTimeout(job.pair_timeout.count() > 0 ? job.pair_timeout : job.connect_timeout);
+    ctx->setTimeout(pair_timeout);
     auto device = job.device;
     ctx->connectFullMesh(store, device);
     // From here on a collective that waits longer than this on a peer fails: the peer is
@@ -88,6 +94,22 @@ Status connect_group(const GlooJob& job, const std::string& prefix, int rank, in
   }));
   *out = std::move(ctx);
   return Status::OK();
+}
+
+}  // namespace
+
+Status connect_group(const GlooJob& job, const std::string& prefix, int rank, int size,
+                     const std::string& name, std::shared_ptr<gloo::Context>* out) {
+  return connect_with(job, prefix, rank, size, name,
+                      job.pair_timeout.count() > 0 ? job.pair_timeout : job.connect_timeout, out);
+}
+
+Status connect_direct_links(const GlooJob& job, const std::string& prefix, int rank, int size,
+                            const std::string& name, std::unique_ptr<DirectLinks>* out) {
+  std::shared_ptr<gloo::Context> ctx;
+  HVD_RETURN_IF_ERROR(connect_with(job, prefix, rank, size, name, job.op_timeout, &ctx));
+  return gloo_call(name, "switching the direct links to synchronous mode",
+                   [&] { *out = std::make_unique<DirectLinks>(std::move(ctx)); });
 }
 
 }  // namespace hvd

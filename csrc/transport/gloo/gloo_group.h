@@ -62,4 +62,11 @@ std::shared_ptr<gloo::transport::Device> make_loopback_device();
 Status connect_group(const GlooJob& job, const std::string& prefix, int rank, int size,
                      const std::string& name, std::shared_ptr<gloo::Context>* out);
 
+class DirectLinks;
+
+/// connect_group() for DirectLinks (gloo_direct.h): the pairs connect with the op timeout,
+/// which a synchronous pair keeps as its read timeout. Collective over the members.
+Status connect_direct_links(const GlooJob& job, const std::string& prefix, int rank, int size,
+                            const std::string& name, std::unique_ptr<DirectLinks>* out);
+
 }  // namespace hvd

@@ -258,7 +258,10 @@ TEST_CASE("gloo data plane: allreduces and broadcasts about the small-path limit
     std::unique_ptr<DataPlane> plane;
     if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
     // 64 KiB is the last size done by recursive doubling; one element more goes to the ring.
-    for (int64_t count : {int64_t{16384}, int64_t{16385}, int64_t{1}}) {
+    // 16 KiB (4096 elements) is the last over the direct links; one more goes through Gloo's
+    // device thread.
+    for (int64_t count :
+         {int64_t{16384}, int64_t{16385}, int64_t{1}, int64_t{4096}, int64_t{4097}}) {
       std::vector<int32_t> buf(static_cast<size_t>(count));
       for (int64_t i = 0; i < count; ++i) buf[static_cast<size_t>(i)] = (r + 1) * (i % 977);
       const Status s = plane->allreduce(buf.data(), count, DataType::kInt32, ReduceOp::kSum);
@@ -271,7 +274,9 @@ TEST_CASE("gloo data plane: allreduces and broadcasts about the small-path limit
       }
     }
     // 128 KiB to each of two members is the last flat broadcast; one byte more takes Gloo's.
-    for (size_t bytes : {size_t{128} << 10, (size_t{128} << 10) + 1}) {
+    // 16 KiB is the last over the direct links.
+    for (size_t bytes : {size_t{128} << 10, (size_t{128} << 10) + 1, size_t{16} << 10,
+                         (size_t{16} << 10) + 1, size_t{1}}) {
       std::vector<char> buf(bytes);
       for (size_t i = 0; i < bytes; ++i) buf[i] = r == 2 ? byte_of(2, 3, int64_t(i)) : 0;
       const Status s = plane->broadcast(buf.data(), static_cast<int64_t>(bytes), 2);

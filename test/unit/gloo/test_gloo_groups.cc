@@ -13,19 +13,27 @@ namespace testing {
 namespace {
 
 // Runs fn(job, rank, plane) on every rank of a threaded job of `n`, each with a control plane
-// over a group of every rank under `prefix`; then checks that no rank recorded a failure.
+// over a group of every rank under `prefix`, first without direct links and then with them
+// (as the Gloo world makes it); then checks that no rank recorded a failure.
 void with_control_planes(int n, const std::string& prefix,
                          const std::function<void(ThreadedGlooJob&, int, GlooControlPlane&)>& fn) {
-  ThreadedGlooJob job(n);
-  job.run(prefix, [&](int r, GlooBootstrap&) {
-    std::shared_ptr<gloo::Context> ctx;
-    const Status s = connect_group(*job.job(r), prefix + "/control", r, n, prefix, &ctx);
-    if (!s.ok()) return job.fail(r, s.message());
-    GlooControlPlane plane(std::move(ctx), "test set");
-    fn(job, r, plane);
-  });
-  INFO("ranks: " << n);
-  CHECK(job.failures() == std::vector<std::string>{});
+  for (bool with_direct : {false, true}) {
+    const std::string p = prefix + (with_direct ? "d" : "");
+    ThreadedGlooJob job(n);
+    job.run(p, [&](int r, GlooBootstrap&) {
+      std::shared_ptr<gloo::Context> ctx;
+      std::unique_ptr<DirectLinks> direct;
+      Status s = connect_group(*job.job(r), p + "/control", r, n, p, &ctx);
+      if (s.ok() && with_direct && n > 1) {
+        s = connect_direct_links(*job.job(r), p + "/control/direct", r, n, p, &direct);
+      }
+      if (!s.ok()) return job.fail(r, s.message());
+      GlooControlPlane plane(std::move(ctx), "test set", std::move(direct));
+      fn(job, r, plane);
+    });
+    INFO("ranks: " << n << (with_direct ? ", direct links" : ""));
+    CHECK(job.failures() == std::vector<std::string>{});
+  }
 }
 
 }  // namespace
@@ -51,6 +59,15 @@ TEST_CASE("gloo control plane: allreduce_and, gather, broadcast on 2, 3 and 4 ra
             s = plane.allreduce_and(&words);
             if (!s.ok() || words != want)
               job.fail(r, "allreduce_and round " + std::to_string(round) + " " + s.message());
+            // Over DirectLinks::kMaxBytes: through Gloo's device thread, with or without links.
+            // Word w has bit (w + q) % 64 clear on rank q.
+            std::vector<uint64_t> big(DirectLinks::kMaxBytes / 8 + 3), big_want(big.size(), ~0ull);
+            for (size_t w = 0; w < big.size(); ++w) {
+              for (int q = 0; q < n; ++q) big_want[w] &= ~(1ull << ((w + q) % 64));
+              big[w] = ~(1ull << ((w + static_cast<size_t>(r)) % 64));
+            }
+            s = plane.allreduce_and(&big);
+            if (!s.ok() || big != big_want) job.fail(r, "large allreduce_and " + s.message());
             // Rank q's message: q * round characters 'a' + q (empty for rank 0 or round 0).
             auto message = [&](int q) {
               return std::string(static_cast<size_t>(q * round * 100), static_cast<char>('a' + q));

@@ -5,12 +5,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 
 #include "gloo_threads.h"
+#include "transport/gloo/gloo_control_plane.h"
 
 namespace hvd {
 namespace testing {
@@ -63,6 +63,47 @@ void lose_rank_two(const std::string& prefix, bool close_connections) {
   CHECK(job.failures() == std::vector<std::string>{});
 }
 
+// The negotiation over direct links (synchronous pairs, read in the waiting thread): ranks 0
+// and 1 allreduce_and while rank 2 closes its connections or stays silent. Rank 0 waits on
+// rank 2 first (3 ranks: rank 2 folds into rank 0): a closed connection fails it at once, a
+// silent peer after the op timeout; rank 1, waiting on rank 0, within the op timeout.
+void lose_rank_two_direct(const std::string& prefix, bool close_connections) {
+  ThreadedGlooJob job(3, kOpTimeout);
+  std::atomic<int> survivors_done{0};
+  job.run(prefix, [&](int r, GlooBootstrap&) {
+    std::shared_ptr<gloo::Context> ctx;
+    std::unique_ptr<DirectLinks> direct;
+    Status s = connect_group(*job.job(r), prefix + "/control", r, 3, "test set", &ctx);
+    if (s.ok())
+      s = connect_direct_links(*job.job(r), prefix + "/control/direct", r, 3, "test set", &direct);
+    if (!s.ok()) return job.fail(r, "connect: " + s.message());
+    auto plane = std::make_unique<GlooControlPlane>(std::move(ctx), "test set", std::move(direct));
+    std::vector<uint64_t> words(4, ~0ull);
+    if (!plane->allreduce_and(&words).ok()) job.fail(r, "first allreduce_and");
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (close_connections) plane.reset();  // its contexts close their pairs
+      while (survivors_done.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    const auto start = Clock::now();
+    s = plane->allreduce_and(&words);
+    const auto waited = Clock::now() - start;
+    survivors_done.fetch_add(1);
+    if (s.ok()) return job.fail(r, "the allreduce_and without rank 2 succeeded");
+    if (s.code() != ErrorCode::kInternal)
+      job.fail(r, "code " + std::to_string(int(s.code())) + ": " + s.message());
+    if (s.message().find("coordination bit vector exchange") == std::string::npos)
+      job.fail(r, "message does not name the call: " + s.message());
+    if (waited > kOpTimeout + std::chrono::seconds(3)) job.fail(r, "the failure took too long");
+    if (r == 0 && close_connections && waited > kOpTimeout / 2)
+      job.fail(r, "a closed connection was not seen at once");
+    if (!close_connections && waited < kOpTimeout - std::chrono::milliseconds(100))
+      job.fail(r, "failed before the op timeout: " + s.message());
+  });
+  CHECK(job.failures() == std::vector<std::string>{});
+}
+
 }  // namespace
 
 // Gloo's pairs write with writev(): without the library's SIG_IGN, a write to a peer that has
@@ -90,6 +131,15 @@ TEST_CASE("gloo lost peer: closed connections fail the others' allreduce as kInt
 TEST_CASE("gloo lost peer: a silent peer fails the others' allreduce after the op timeout",
           "[gloo]") {
   lose_rank_two("lost_silent", false);
+}
+
+TEST_CASE("gloo lost peer: direct links fail the negotiation at once on a closed connection",
+          "[gloo]") {
+  lose_rank_two_direct("lost_direct_closed", true);
+}
+
+TEST_CASE("gloo lost peer: direct links fail the negotiation after the op timeout", "[gloo]") {
+  lose_rank_two_direct("lost_direct_silent", false);
 }
 
 }  // namespace testing
