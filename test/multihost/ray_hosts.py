@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "ray"))
 import test_ray_elastic as ejobs  # noqa: E402
 import test_ray_executor as jobs  # noqa: E402
 
-from horovod_cpp.ray import ElasticRayExecutor, RayExecutor  # noqa: E402
+from horovod_cpp.ray import ElasticRayExecutor  # noqa: E402
 
 #: After the loss, the survivors wait after committing this step until HOST2 is back.
 HOLD_STEP = 20
@@ -97,16 +97,7 @@ class Hosts:
 
 def fixed_job(hosts, h1, h2):
     """RayExecutor over the two hosts: places, store address and every collective."""
-    ex = RayExecutor(jobs.settings(), num_hosts=2, num_workers_per_host=2)
-    try:
-        ex.start()
-        places = [tuple(p) for p in ex.places]
-        store = ex.store_address[0]
-        results = ex.run(jobs.collectives_job)
-        for r, (_, got) in enumerate(results):
-            jobs.check_results(got, jobs.expected(r, len(results)))
-    finally:
-        ex.shutdown()
+    places, store, results = jobs.run_two_by_two()
     names = [p[6] for p in places]
     assert sorted(set(names)) == sorted([hosts.ip[h1], hosts.ip[h2]]), names
     assert names[0] == names[1] != names[2] == names[3], names

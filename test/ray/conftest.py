@@ -1,6 +1,6 @@
 """The Ray tests share one local Ray cluster (starting one takes seconds): 4 CPUs, 2 GPUs
-in name only, two extra host names, no dashboard. Without Ray they are skipped, except in CI (CI=true), where they
-must run."""
+in name only, two extra host names, no dashboard. Without Ray they are skipped, except in CI
+(CI=true), where they must run."""
 
 import faulthandler
 import importlib

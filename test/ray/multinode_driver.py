@@ -15,7 +15,6 @@ from ray.cluster_utils import Cluster  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_ray_executor as jobs  # noqa: E402
 
-from horovod_cpp.ray import RayExecutor  # noqa: E402
 
 
 def main():
@@ -25,19 +24,13 @@ def main():
     ray.init(address=cluster.address)
     cluster.wait_for_nodes()
     ray.cloudpickle.register_pickle_by_value(jobs)
-    ex = RayExecutor(jobs.settings(), num_hosts=2, num_workers_per_host=2)
     try:
-        ex.start()
-        places = [list(p) for p in ex.places]
-        store = ex.store_address[0]
-        results = ex.run(jobs.collectives_job)
-        for r, (_, got) in enumerate(results):
-            jobs.check_results(got, jobs.expected(r, len(results)))
+        places, store, results = jobs.run_two_by_two()
     finally:
-        ex.shutdown()
         ray.shutdown()
         cluster.shutdown()
-    print(json.dumps({"places": places, "seen": [list(p) for p, _ in results],
+    print(json.dumps({"places": [list(p) for p in places],
+                      "seen": [list(p) for p, _ in results],
                       "store": store}))
 
 

@@ -99,6 +99,24 @@ def check_results(got, want):
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
+
+def run_two_by_two():
+    """RayExecutor(num_hosts=2, num_workers_per_host=2) running collectives_job on a cluster of
+    two nodes or more, every result checked: (places as tuples, the store's address, the
+    run's results). Used by the multi-node drivers (multinode_driver.py,
+    test/multihost/ray_hosts.py)."""
+    ex = RayExecutor(settings(), num_hosts=2, num_workers_per_host=2)
+    try:
+        ex.start()
+        places = [tuple(p) for p in ex.places]
+        store = ex.store_address[0]
+        results = ex.run(collectives_job)
+        for r, (_, got) in enumerate(results):
+            check_results(got, expected(r, len(results)))
+    finally:
+        ex.shutdown()
+    return places, store, results
+
 def fail_job(bad_rank):
     import horovod_cpp as hvd
     hvd.init()

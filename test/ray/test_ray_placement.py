@@ -7,7 +7,8 @@ import pytest
 from conftest import skip_without_ray
 
 ray = skip_without_ray()
-from horovod_cpp.ray import ElasticRayExecutor, RayExecutor, RayHostDiscovery, placement  # noqa: E402
+from horovod_cpp.ray import (ElasticRayExecutor, RayExecutor, RayHostDiscovery,  # noqa: E402
+                             placement)
 from horovod_cpp.runner import gloo_launch  # noqa: E402
 
 A = placement.ActorInfo
