@@ -90,10 +90,11 @@ def test_worker_environment_has_no_place_and_the_elastic_variables():
     a = cli.parse_args(["--min-np", "2", "-np", "3", "--elastic-timeout", "100", "x"])
     rs = elastic_driver.rounds_settings(a, {"HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS": "3"})
     assert (rs.np, rs.min_np, rs.max_np, rs.ready_timeout) == (3, 2, None, 13.0)
+    assert rs.start_timeout == 30.0  # --start-timeout's default: a new worker's first init
     env = elastic_driver.worker_env("h:1.2", "h", "10.0.0.1", 1234, "s" * 64, {"A": "b"}, rs)
     assert env == {"A": "b", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1",
                    "HOROVOD_GLOO_RENDEZVOUS_PORT": "1234",
                    "HOROVOD_CPP_RENDEZVOUS_SECRET": "s" * 64, "HOROVOD_HOSTNAME": "h",
                    "HOROVOD_CPP_WORKER_ID": "h:1.2", "HOROVOD_ELASTIC": "1",
-                   "HOROVOD_ELASTIC_TIMEOUT": "173"}
+                   "HOROVOD_ELASTIC_TIMEOUT": "203"}  # 100 + 13 + 30 + 60
     assert not set(elastic_driver.PLACE_VARS) & set(env)
