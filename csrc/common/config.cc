@@ -32,8 +32,7 @@ Status read_double(const Lookup& lookup, const char* var, double min, double* ou
   return Status::OK();
 }
 
-Status read_int(const Lookup& lookup, const char* var, int64_t* out,
-                int64_t max = INT64_MAX) {
+Status read_int(const Lookup& lookup, const char* var, int64_t* out, int64_t max = INT64_MAX) {
   auto v = lookup(var);
   if (!v || v->empty()) return Status::OK();
   char* end = nullptr;
@@ -84,20 +83,24 @@ Status GlooConfig::from_env(GlooConfig* out, const Lookup& lookup_in) {
     }
   }
   if (auto v = lookup("HOROVOD_GLOO_RENDEZVOUS_ADDR"); v) c.rendezvous_addr = *v;
-  HVD_RETURN_IF_ERROR(
-      read_int(lookup, "HOROVOD_GLOO_RENDEZVOUS_PORT", &c.rendezvous_port, 65535));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_GLOO_RENDEZVOUS_PORT", &c.rendezvous_port, 65535));
   if (auto v = lookup("HOROVOD_CPP_RENDEZVOUS_SECRET"); v) c.secret = *v;
-  const std::pair<const char*, int64_t*> places[] = {
-      {"HOROVOD_RANK", &c.rank},           {"HOROVOD_SIZE", &c.size},
-      {"HOROVOD_LOCAL_RANK", &c.local_rank}, {"HOROVOD_LOCAL_SIZE", &c.local_size},
-      {"HOROVOD_CROSS_RANK", &c.cross_rank}, {"HOROVOD_CROSS_SIZE", &c.cross_size}};
+  const std::pair<const char*, int64_t*> places[] = {{"HOROVOD_RANK", &c.rank},
+                                                     {"HOROVOD_SIZE", &c.size},
+                                                     {"HOROVOD_LOCAL_RANK", &c.local_rank},
+                                                     {"HOROVOD_LOCAL_SIZE", &c.local_size},
+                                                     {"HOROVOD_CROSS_RANK", &c.cross_rank},
+                                                     {"HOROVOD_CROSS_SIZE", &c.cross_size}};
   for (const auto& p : places) HVD_RETURN_IF_ERROR(read_int(lookup, p.first, p.second, 1 << 24));
   if (auto v = lookup("HOROVOD_HOSTNAME"); v) c.hostname = *v;
   if (auto v = lookup("HOROVOD_CPP_WORKER_ID"); v) c.worker_id = *v;
   if (auto v = lookup("HOROVOD_GLOO_IFACE"); v) c.iface = *v;
-  HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_GLOO_TIMEOUT_SECONDS", 0.001, &c.timeout_seconds));
+  HVD_RETURN_IF_ERROR(
+      read_double(lookup, "HOROVOD_GLOO_TIMEOUT_SECONDS", 0.001, &c.timeout_seconds));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS", 0.001, &c.op_timeout_seconds));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_GLOO_DIRECT_MAX_BYTES", &c.direct_max_bytes, int64_t{1} << 32));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_ELASTIC", &c.elastic));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_ELASTIC_TIMEOUT", 0.001, &c.elastic_timeout_seconds));
@@ -116,8 +119,7 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   HVD_RETURN_IF_ERROR(read_double(lookup, "HOROVOD_CYCLE_TIME", 0.0, &c.cycle_time_ms));
   // The controller holds the capacity in 32 bits: larger values would silently wrap (2^32 to 0,
   // which disables the cache).
-  HVD_RETURN_IF_ERROR(
-      read_int(lookup, "HOROVOD_CACHE_CAPACITY", &c.cache_capacity, UINT32_MAX));
+  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CACHE_CAPACITY", &c.cache_capacity, UINT32_MAX));
   HVD_RETURN_IF_ERROR(
       read_double(lookup, "HOROVOD_STALL_CHECK_TIME_SECONDS", 0.0, &c.stall_check_seconds));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_STALL_CHECK_DISABLE", &c.stall_check_disabled));
@@ -159,8 +161,8 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
       read_int(lookup, "HOROVOD_CPP_SHM_GATHER_MAX_BYTES", &c.shm_gather_max_bytes));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_BYTES", &c.shm_single_copy_bytes));
-  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES",
-                               &c.shm_single_copy_max_bytes));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_CPP_SHM_SINGLE_COPY_MAX_BYTES", &c.shm_single_copy_max_bytes));
   HVD_RETURN_IF_ERROR(
       read_int(lookup, "HOROVOD_CPP_SHM_MEASURED_MIN_BYTES", &c.shm_measured_min_bytes));
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_CPP_TEST_SHM_PATH_VOTES", &c.test_shm_path_votes));
@@ -181,10 +183,10 @@ Status Config::from_env(Config* out, const Lookup& lookup_in) {
   if (c.reduce_chunk_bytes < 4096) c.reduce_chunk_bytes = 4096;
   HVD_RETURN_IF_ERROR(read_bool(lookup, "HOROVOD_AUTOTUNE", &c.autotune));
   if (auto v = lookup("HOROVOD_AUTOTUNE_LOG"); v) c.autotune_log = *v;
-  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
-                               &c.autotune_warmup_samples, 1000));
-  HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE",
-                               &c.autotune_steps_per_sample, 1000000));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", &c.autotune_warmup_samples, 1000));
+  HVD_RETURN_IF_ERROR(
+      read_int(lookup, "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", &c.autotune_steps_per_sample, 1000000));
   HVD_RETURN_IF_ERROR(read_int(lookup, "HOROVOD_CPP_AUTOTUNE_SAMPLES_PER_TRIAL",
                                &c.autotune_samples_per_trial, 1000));
   if (c.autotune_steps_per_sample < 1) c.autotune_steps_per_sample = 1;

@@ -19,8 +19,9 @@ struct Config {
   /// into one fused reduction. 0 disables fusion.
   int64_t fusion_threshold_bytes = 64ll * 1024 * 1024;
   /// HOROVOD_CYCLE_TIME (milliseconds, default 1): the first sleep of an idle background thread
-  /// between coordination cycles (doubling while idle, up to 32x). Work wakes it at once, so this does not delay collectives;
-  /// it bounds how fast an idle rank notices shutdown and stall requests of other ranks.
+  /// between coordination cycles (doubling while idle, up to 32x). Work wakes it at once, so this
+  /// does not delay collectives; it bounds how fast an idle rank notices shutdown and stall
+  /// requests of other ranks.
   double cycle_time_ms = 1.0;
   /// HOROVOD_CACHE_CAPACITY (entries, default 4096): response cache size; 0 disables it.
   /// Larger than Horovod's 1024: a model with more tensors than the cache holds misses every
@@ -189,6 +190,10 @@ struct GlooConfig {
   /// HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS (default 5): a collective waiting longer on a peer
   /// fails with hvd::InternalError on every surviving rank.
   double op_timeout_seconds = 5.0;
+  /// HOROVOD_CPP_GLOO_DIRECT_MAX_BYTES (default -1: chosen at init): allreduces, allgathers
+  /// and broadcasts up to this many bytes go over the direct links (gloo_direct.h) rather
+  /// than Gloo's own algorithms. Every rank of a job takes the smallest of the ranks' values.
+  int64_t direct_max_bytes = -1;
   /// HOROVOD_ELASTIC=1: elastic mode (issue 37; hvdrun's elastic driver sets it). Every init()
   /// reads its place from assign/<worker_id>/<n> after announcing itself with ready/<id>/<n>,
   /// and a lost peer never ends the process (Config::abort_grace_seconds is 0).

@@ -16,6 +16,7 @@
 #include "transport/gloo/gloo_bootstrap.h"
 #include "transport/gloo/gloo_call.h"
 #include "transport/gloo/gloo_control_plane.h"
+#include "transport/gloo/gloo_direct.h"
 #include "transport/gloo/store_client.h"
 
 namespace hvd {
@@ -142,6 +143,8 @@ class GlooWorld : public World {
   /// Reads this init's place from assign/<worker id>/<n> (elastic: after SETting
   /// ready/<worker id>/<n>, waiting up to HOROVOD_ELASTIC_TIMEOUT).
   Status read_assignment(const std::string& where, int n);
+  /// Sets job_.direct_max_bytes, the same on every rank (collective over world_).
+  Status agree_direct_max_bytes();
 
   GlooConfig config_;
   Place place_;
@@ -172,8 +175,8 @@ Status GlooWorld::init(const InitOptions& options) {
   job_.op_timeout = ms(config_.op_timeout_seconds);
   if (config_.elastic) {
     // At least 5 s: a loaded machine may take seconds to accept a connection.
-    job_.pair_timeout = std::min(job_.connect_timeout,
-                                 ms(std::max(config_.op_timeout_seconds, 5.0)));
+    job_.pair_timeout =
+        std::min(job_.connect_timeout, ms(std::max(config_.op_timeout_seconds, 5.0)));
   }
   job_.hostname = host_name(config_);
   const std::string where = "the rendezvous store at " + config_.rendezvous_addr + ":" +
@@ -225,6 +228,23 @@ Status GlooWorld::init(const InitOptions& options) {
                       << " did not connect, waiting for the next one: " << st.message();
   }
   g_abort_rank.store(place_.rank);
+  return agree_direct_max_bytes();
+}
+
+// The direct links stream a buffer in pieces, one sent and one received in turn: no hand-off
+// to Gloo's device thread, but a piece's latency each. Where this host's ranks have fewer
+// than two cores each (a user and a background thread), every hand-off may wait for a time
+// slice, and the direct links win up to megabytes (two netns hosts on 2 vCPUs: allreduce
+// 64 KiB-1 MiB 0.4-0.6x Gloo's ring, docs/benchmarks.md); with cores to spare Gloo's pipelined
+// algorithms win from a few pieces on a real network. Every rank takes the smallest wish:
+// the members of a group must take the same path.
+Status GlooWorld::agree_direct_max_bytes() {
+  int64_t wish = config_.direct_max_bytes;
+  if (wish < 0)
+    wish = cores_shared(2 * place_.local_size) ? int64_t{1} << 20 : DirectLinks::kMaxBytes;
+  std::vector<int64_t> wishes(static_cast<size_t>(place_.size));
+  HVD_RETURN_IF_ERROR(world_->allgather(&wish, sizeof(wish), wishes.data()));
+  job_.direct_max_bytes = *std::min_element(wishes.begin(), wishes.end());
   return Status::OK();
 }
 
@@ -268,8 +288,7 @@ Status GlooWorld::elastic_hosts_updated(bool* updated) {
   // Rank 0's answer for all: ranks that acted on different answers would part ways.
   HVD_RETURN_IF_ERROR(world_->broadcast(&flag, sizeof(flag), 0));
   if (flag < 0) {
-    return read.ok() ? Status::Internal("rank 0 could not read " + key + " from the store")
-                     : read;
+    return read.ok() ? Status::Internal("rank 0 could not read " + key + " from the store") : read;
   }
   *updated = flag == 1;
   return Status::OK();
@@ -319,8 +338,7 @@ Status GlooWorld::make_set(int id, const std::vector<int>& ranks, const Config& 
   ctx.local_size = place_.local_size;
   ctx.cores_shared = cores_shared(place_.local_size);
   ctx.lost_peer_code = ErrorCode::kInternal;  // a lost peer is hvd::InternalError under Gloo
-  planes->control =
-      std::make_unique<GlooControlPlane>(std::move(control), name, std::move(direct));
+  planes->control = std::make_unique<GlooControlPlane>(std::move(control), name, std::move(direct));
   finish_set_planes(ctx, &planes->control, &planes->transports);
   *out = std::move(planes);
   return Status::OK();

@@ -120,7 +120,7 @@ Status GlooBootstrap::split_host(std::unique_ptr<Bootstrap>* out) {
 }
 
 Status GlooBootstrap::make_data_plane(std::unique_ptr<DataPlane>* out) {
-  *out = std::make_unique<GlooDataPlane>(ctx_, name_, direct_);
+  *out = std::make_unique<GlooDataPlane>(ctx_, name_, direct_, job_->direct_max_bytes);
   return Status::OK();
 }
 

@@ -57,24 +57,25 @@ constexpr size_t kFlatBroadcastMaxBytes = 256 << 10;
 }  // namespace
 
 GlooDataPlane::GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string group,
-                             std::shared_ptr<DirectLinks> direct)
+                             std::shared_ptr<DirectLinks> direct, int64_t direct_max_bytes)
     : ctx_(std::move(ctx)),
       direct_(std::move(direct)),
       group_(std::move(group)),
       rank_(ctx_->rank),
-      size_(ctx_->size) {}
+      size_(ctx_->size),
+      direct_max_(direct_ ? static_cast<size_t>(std::max<int64_t>(direct_max_bytes, 0)) : 0) {}
 
 Status GlooDataPlane::allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) {
   if (count == 0 || size_ == 1) return Status::OK();
   if (op == ReduceOp::kAverage) op = ReduceOp::kSum;  // the caller divides
   const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
-  if (bytes <= kRecursiveDoublingMaxBytes) {
+  if (bytes <= std::max(kRecursiveDoublingMaxBytes, direct_max_)) {
     return gloo_call(group_, "gloo allreduce", [&] {
       const auto combine = [dtype, op](char* out, const char* a, const char* b, size_t n) {
         reduce_to(out, a, b, static_cast<int64_t>(n / dtype_size(dtype)), dtype, op);
       };
       char* const p = static_cast<char*>(buf);
-      if (direct_ && bytes <= DirectLinks::kMaxBytes) {
+      if (bytes <= direct_max_) {
         direct_allreduce(*direct_, p, bytes, combine);
       } else {
         recursive_doubling_allreduce(*ctx_, kSmallAllreduceSlotPrefix, p, bytes, &incoming_,
@@ -104,6 +105,13 @@ Status GlooDataPlane::allgatherv(const void* in, void* out, const std::vector<in
   if (size_ == 1) {
     if (bytes[0] > 0 && in != out) std::memmove(out, in, static_cast<size_t>(bytes[0]));
     return Status::OK();
+  }
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  if (static_cast<size_t>(total) <= direct_max_) {
+    return gloo_call(group_, "gloo allgatherv", [&] {
+      direct_allgatherv(*direct_, static_cast<const char*>(in), static_cast<char*>(out), bytes);
+    });
   }
   return gloo_call(group_, "gloo allgatherv", [&] {
     gloo::AllgathervOptions opts(ctx_);
@@ -150,7 +158,9 @@ Status GlooDataPlane::reducescatter(const void* in, void* out, const std::vector
   if (scratch_.size() < offset[n]) scratch_.resize(offset[n]);
   if (incoming_.size() < largest) incoming_.resize(largest);
   if (offset[n] > 0) std::memcpy(scratch_.data(), in, offset[n]);
-  const auto block = [&](int s) { return static_cast<size_t>(((rank_ - s) % size_ + size_) % size_); };
+  const auto block = [&](int s) {
+    return static_cast<size_t>(((rank_ - s) % size_ + size_) % size_);
+  };
   HVD_RETURN_IF_ERROR(gloo_call(group_, "gloo reducescatter", [&] {
     auto sums = ctx_->createUnboundBuffer(scratch_.data(), std::max<size_t>(offset[n], 1));
     auto from_left = ctx_->createUnboundBuffer(incoming_.data(), std::max<size_t>(largest, 1));
@@ -177,10 +187,12 @@ Status GlooDataPlane::reducescatter(const void* in, void* out, const std::vector
 
 Status GlooDataPlane::broadcast(void* buf, int64_t bytes, int root) {
   if (bytes == 0 || size_ == 1) return Status::OK();
-  if (static_cast<size_t>(bytes) * static_cast<size_t>(size_ - 1) <= kFlatBroadcastMaxBytes) {
+  const size_t copies = static_cast<size_t>(bytes) * static_cast<size_t>(size_ - 1);
+  if (copies <= std::max(kFlatBroadcastMaxBytes, direct_max_)) {
     return gloo_call(group_, "gloo broadcast", [&] {
-      flat_broadcast_bytes(*ctx_, direct_.get(), kSmallBroadcastSlotPrefix, root,
-                           static_cast<char*>(buf), static_cast<size_t>(bytes));
+      flat_broadcast_bytes(*ctx_, copies <= direct_max_ ? direct_.get() : nullptr,
+                           kSmallBroadcastSlotPrefix, root, static_cast<char*>(buf),
+                           static_cast<size_t>(bytes));
     });
   }
   return gloo_call(group_, "gloo broadcast", [&] {

@@ -26,9 +26,12 @@ namespace hvd {
 class GlooDataPlane : public DataPlane {
  public:
   /// `group` names the group in errors; `direct` (the same members' links, may be null) is
-  /// shared with the group's other planes, which run on the same thread.
+  /// shared with the group's other planes, which run on the same thread. Allreduces and
+  /// allgathers of at most `direct_max_bytes`, and broadcasts whose copies at the root come to
+  /// at most that, go over `direct` (the same value on every member).
   GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string group,
-                std::shared_ptr<DirectLinks> direct = nullptr);
+                std::shared_ptr<DirectLinks> direct = nullptr,
+                int64_t direct_max_bytes = DirectLinks::kMaxBytes);
   const char* name() const override { return "gloo"; }
   Status allreduce(void* buf, int64_t count, DataType dtype, ReduceOp op) override;
   Status allgatherv(const void* in, void* out, const std::vector<int64_t>& bytes_per_rank) override;
@@ -44,6 +47,7 @@ class GlooDataPlane : public DataPlane {
   std::shared_ptr<DirectLinks> direct_;
   const std::string group_;
   int rank_ = 0, size_ = 1;
+  size_t direct_max_ = 0;  // 0 without direct links
   /// reducescatter's running sums of every block and the block coming from the left
   /// neighbour; incoming_ also holds the peers' values of a small allreduce (kept: their
   /// sizes repeat step after step).

@@ -5,6 +5,8 @@
 #include <gloo/transport/buffer.h>
 #include <gloo/transport/pair.h>
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -45,6 +47,24 @@ void DirectLinks::send(int peer, size_t bytes) {
   auto& b = *sends_[static_cast<size_t>(peer)];
   b.send(0, bytes);
   b.waitSend();
+}
+
+void DirectLinks::exchange(int to, const char* out, size_t out_bytes, int from, size_t in_bytes,
+                           const OnPiece& on_piece) {
+  size_t sent = 0, received = 0;
+  while (sent < out_bytes || received < in_bytes) {
+    if (sent < out_bytes) {
+      const size_t n = std::min(kMaxBytes, out_bytes - sent);
+      std::memcpy(outbox(to), out + sent, n);
+      send(to, n);
+      sent += n;
+    }
+    if (received < in_bytes) {
+      const size_t n = std::min(kMaxBytes, in_bytes - received);
+      on_piece(received, receive(from), n);
+      received += n;
+    }
+  }
 }
 
 char* DirectLinks::receive(int peer) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,19 @@ class DirectLinks {
   /// Waits for the next message from `peer`; its bytes stay valid (and may be written) until
   /// the next receive from that peer (the sender says how long it was, if that varies).
   char* receive(int peer);
+
+  /// Called with each received piece of a stream: its offset in the stream, its bytes (valid
+  /// until the next receive from that peer, and writable) and their number.
+  using OnPiece = std::function<void(size_t offset, char* piece, size_t bytes)>;
+
+  /// Sends `out_bytes` at `out` to `to` while receiving `in_bytes` from `from`, both cut into
+  /// messages of kMaxBytes: one message sent, then one received, in turn, so that no socket
+  /// ever holds more than two unread messages and members exchanging in any pattern (each
+  /// receiving only what is sent to it) never block each other. `on_piece` gets each received
+  /// piece, in order; the piece of `out` at the same offset has been sent before it comes.
+  /// Either side may be empty (`to` or `from` then unused).
+  void exchange(int to, const char* out, size_t out_bytes, int from, size_t in_bytes,
+                const OnPiece& on_piece);
 
  private:
   std::shared_ptr<gloo::Context> ctx_;

@@ -73,6 +73,13 @@ void send_to_all(gloo::Context& ctx, Buffer& b, int root, uint64_t slot,
   for (int q = 1; q < ctx.size; ++q) wait_send(b, timeout);
 }
 
+// The root's `bytes` at `p` to every other member over the direct links, streamed.
+void direct_send_to_all(DirectLinks& links, int root, const char* p, size_t bytes) {
+  for (int q = 0; q < links.size(); ++q) {
+    if (q != root) links.exchange(q, p, bytes, q, 0, nullptr);
+  }
+}
+
 // buf = buf (op) their_value, the lower rank's operand first whichever side computes, so that
 // both sides get the same bits; `their_value` (from `peer`) may be overwritten.
 void combine_in_rank_order(int rank, int peer, char* buf, char* their_value, size_t bytes,
@@ -151,25 +158,45 @@ void direct_allreduce(DirectLinks& links, char* buf, size_t bytes, const Combine
   int p = 1;
   while (p <= n / 2) p *= 2;
   const int extra = n - p;
-  const auto send = [&](int peer) {
-    std::memcpy(links.outbox(peer), buf, bytes);
-    links.send(peer, bytes);
-  };
   if (r >= p) {  // folded: my value to r - p, the result back from it
-    send(r - p);
-    std::memcpy(buf, links.receive(r - p), bytes);
+    links.exchange(r - p, buf, bytes, r - p, 0, nullptr);
+    links.exchange(r - p, nullptr, 0, r - p, bytes, [buf](size_t at, char* piece, size_t len) {
+      std::memcpy(buf + at, piece, len);
+    });
     return;
   }
-  const auto combine_with = [&](int peer, char* their_value) {
-    combine_in_rank_order(r, peer, buf, their_value, bytes, combine);
+  const auto combine_from = [&](int peer) {
+    return [&, peer](size_t at, char* piece, size_t len) {
+      combine_in_rank_order(r, peer, buf + at, piece, len, combine);
+    };
   };
-  if (r < extra) combine_with(r + p, links.receive(r + p));
+  if (r < extra) links.exchange(r + p, nullptr, 0, r + p, bytes, combine_from(r + p));
   for (int bit = 1; bit < p; bit *= 2) {
     const int peer = r ^ bit;
-    send(peer);  // both peers write before they read: kMaxBytes fits the sockets' buffers
-    combine_with(peer, links.receive(peer));
+    // Each piece of `buf` goes out before the peer's piece at the same offset is combined in.
+    links.exchange(peer, buf, bytes, peer, bytes, combine_from(peer));
   }
-  if (r < extra) send(r + p);
+  if (r < extra) links.exchange(r + p, buf, bytes, r + p, 0, nullptr);
+}
+
+void direct_allgatherv(DirectLinks& links, const char* in, char* out,
+                       const std::vector<int64_t>& bytes) {
+  const int n = links.size(), r = links.rank();
+  std::vector<size_t> at(static_cast<size_t>(n) + 1, 0);
+  for (int q = 0; q < n; ++q) {
+    at[static_cast<size_t>(q) + 1] =
+        at[static_cast<size_t>(q)] + static_cast<size_t>(bytes[static_cast<size_t>(q)]);
+  }
+  const size_t mine = static_cast<size_t>(bytes[static_cast<size_t>(r)]);
+  char* const my_place = out + at[static_cast<size_t>(r)];
+  if (mine > 0 && my_place != in) std::memmove(my_place, in, mine);
+  for (int k = 1; k < n; ++k) {
+    const int to = (r + k) % n, from = (r + n - k) % n;
+    char* const dest = out + at[static_cast<size_t>(from)];
+    links.exchange(
+        to, my_place, mine, from, static_cast<size_t>(bytes[static_cast<size_t>(from)]),
+        [dest](size_t off, char* piece, size_t len) { std::memcpy(dest + off, piece, len); });
+  }
 }
 
 void flat_broadcast(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
@@ -182,11 +209,7 @@ void flat_broadcast(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix
   if (r == root) {
     const size_t head_bytes = first_message(*blob, inbox);
     if (direct != nullptr) {
-      for (int q = 0; q < n; ++q) {
-        if (q == root) continue;
-        std::memcpy(direct->outbox(q), inbox->data(), head_bytes);
-        direct->send(q, head_bytes);
-      }
+      direct_send_to_all(*direct, root, inbox->data(), head_bytes);
     } else {
       send_to_all(ctx, *buffer_of(ctx, inbox->data(), head_bytes), root, head_slot, timeout);
     }
@@ -220,15 +243,13 @@ void flat_broadcast(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix
 void flat_broadcast_bytes(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
                           char* buf, size_t bytes) {
   if (ctx.size == 1 || bytes == 0) return;
-  if (direct != nullptr && bytes <= DirectLinks::kMaxBytes) {
+  if (direct != nullptr) {
     if (ctx.rank == root) {
-      for (int q = 0; q < ctx.size; ++q) {
-        if (q == root) continue;
-        std::memcpy(direct->outbox(q), buf, bytes);
-        direct->send(q, bytes);
-      }
+      direct_send_to_all(*direct, root, buf, bytes);
     } else {
-      std::memcpy(buf, direct->receive(root), bytes);
+      direct->exchange(root, nullptr, 0, root, bytes, [buf](size_t at, char* piece, size_t len) {
+        std::memcpy(buf + at, piece, len);
+      });
     }
     return;
   }

@@ -38,13 +38,19 @@ void recursive_doubling_allreduce(gloo::Context& ctx, uint8_t slot_prefix, char*
                                   std::vector<char>* scratch, const CombineBytes& combine);
 
 /// recursive_doubling_allreduce() over synchronous links (gloo_direct.h): every receive read
-/// in this thread. `bytes` <= DirectLinks::kMaxBytes.
+/// in this thread, buffers larger than DirectLinks::kMaxBytes streamed in pieces of it.
 void direct_allreduce(DirectLinks& links, char* buf, size_t bytes, const CombineBytes& combine);
+
+/// Every member's `bytes[q]` bytes into `out`, in rank order (this member's from `in`, which
+/// may be its place in `out`), over synchronous links: at step k each member sends its block
+/// to rank + k and receives rank - k's, streamed in pieces (n - 1 steps).
+void direct_allgatherv(DirectLinks& links, const char* in, char* out,
+                       const std::vector<int64_t>& bytes);
 
 /// `bytes` at `buf` from `root` to every member, sent by the root to each directly: one
 /// message in the chain, n - 1 at the root (for small buffers). Over `direct` when given
-/// (links between the same members as `ctx`) and `bytes` fits them. Slots: `slot_prefix`,
-/// tag 0.
+/// (links between the same members as `ctx`; streamed in pieces), else through `ctx`.
+/// Slots: `slot_prefix`, tag 0.
 void flat_broadcast_bytes(gloo::Context& ctx, DirectLinks* direct, uint8_t slot_prefix, int root,
                           char* buf, size_t bytes);
 

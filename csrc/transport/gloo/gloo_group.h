@@ -43,6 +43,9 @@ struct GlooJob {
   std::string hostname;
   /// CPU reductions are issued in pieces of at most this many bytes.
   int64_t chunk_bytes = 4ll << 20;
+  /// Data-plane allreduces, allgathers and broadcasts up to this many bytes take the direct
+  /// links (GlooDataPlane); the same on every rank (GlooWorld::init agrees on it).
+  int64_t direct_max_bytes = 16 << 10;
 };
 
 /// A Gloo TCP device bound to `iface` when given, else to `hostname`'s address. Gloo's TCP

@@ -25,6 +25,7 @@ TEST_CASE("gloo config: defaults, the two switches and every variable", "[gloo]"
   CHECK(c.rank == -1);
   CHECK(c.timeout_seconds == 30.0);
   CHECK(c.op_timeout_seconds == 5.0);
+  CHECK(c.direct_max_bytes == -1);  // chosen at init
   REQUIRE(read({{"HOROVOD_GLOO", "1"}}, &c).ok());
   CHECK(c.enabled);
   REQUIRE(read({{"HOROVOD_CONTROLLER", "gloo"}}, &c).ok());
@@ -45,7 +46,8 @@ TEST_CASE("gloo config: defaults, the two switches and every variable", "[gloo]"
                 {"HOROVOD_CPP_WORKER_ID", "h2:1"},
                 {"HOROVOD_GLOO_IFACE", "eth1"},
                 {"HOROVOD_GLOO_TIMEOUT_SECONDS", "12.5"},
-                {"HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS", "0.5"}},
+                {"HOROVOD_CPP_GLOO_OP_TIMEOUT_SECONDS", "0.5"},
+                {"HOROVOD_CPP_GLOO_DIRECT_MAX_BYTES", "65536"}},
                &c)
               .ok());
   CHECK(c.rendezvous_addr == "10.0.0.1");
@@ -56,6 +58,7 @@ TEST_CASE("gloo config: defaults, the two switches and every variable", "[gloo]"
   CHECK((c.hostname == "h2" && c.worker_id == "h2:1" && c.iface == "eth1"));
   CHECK(c.timeout_seconds == 12.5);
   CHECK(c.op_timeout_seconds == 0.5);
+  CHECK(c.direct_max_bytes == 65536);
 }
 
 TEST_CASE("gloo config: elastic mode and its assignment timeout", "[gloo]") {
@@ -85,6 +88,8 @@ TEST_CASE("gloo config: bad values name the variable", "[gloo]") {
         std::string::npos);
   s = read({{"HOROVOD_CPP_RENDEZVOUS_SECRET", std::string(300, 'a')}}, &c);
   CHECK(s.message().find("at most 256") != std::string::npos);
+  s = read({{"HOROVOD_CPP_GLOO_DIRECT_MAX_BYTES", "-5"}}, &c);
+  CHECK(s.message().find("HOROVOD_CPP_GLOO_DIRECT_MAX_BYTES='-5'") != std::string::npos);
   s = read({{"HOROVOD_RANK", "-1"}}, &c);
   CHECK(s.code() == ErrorCode::kInvalidArgument);
 }

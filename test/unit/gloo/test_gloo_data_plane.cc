@@ -308,5 +308,61 @@ TEST_CASE("gloo data plane: large allreduces (several Gloo segments) on 3 ranks"
   CHECK(job.failures() == std::vector<std::string>{});
 }
 
+TEST_CASE("gloo data plane: buffers streamed over the direct links (1 MiB bound), 2, 3, 5 ranks",
+          "[gloo]") {
+  // With a bound of 1 MiB, allreduces and allgathers up to it go over the direct links in
+  // 16 KiB pieces: sizes off the piece boundaries, an empty block, the fold of 5 ranks into
+  // 4, and the first size past the bound (Gloo's ring).
+  for (int n : {2, 3, 5}) {
+    ThreadedGlooJob job(n);
+    for (int r = 0; r < n; ++r) job.job(r)->direct_max_bytes = int64_t{1} << 20;
+    job.run("dpstream" + std::to_string(n), [&](int r, GlooBootstrap& world) {
+      std::unique_ptr<DataPlane> plane;
+      if (!world.make_data_plane(&plane).ok()) return job.fail(r, "no data plane");
+      for (int64_t count : {int64_t{4097}, int64_t{100003}, int64_t{262144}, int64_t{262145}}) {
+        std::vector<int32_t> buf(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) buf[static_cast<size_t>(i)] = (r + 1) * (i % 977);
+        const Status s = plane->allreduce(buf.data(), count, DataType::kInt32, ReduceOp::kSum);
+        if (!s.ok()) return job.fail(r, s.message());
+        const int32_t ranks_sum = n * (n + 1) / 2;
+        for (int64_t i = 0; i < count; ++i) {
+          if (buf[static_cast<size_t>(i)] != ranks_sum * (i % 977)) {
+            job.fail(r, "allreduce of " + std::to_string(count) + ": element " + std::to_string(i));
+            break;
+          }
+        }
+      }
+      std::vector<int64_t> bytes(static_cast<size_t>(n));
+      for (int q = 0; q < n; ++q) bytes[static_cast<size_t>(q)] = q == 1 ? 0 : 70001 + 13 * q;
+      std::vector<char> mine(static_cast<size_t>(bytes[static_cast<size_t>(r)]));
+      for (size_t i = 0; i < mine.size(); ++i) mine[i] = byte_of(r, 5, int64_t(i));
+      int64_t total = 0;
+      for (int64_t b : bytes) total += b;
+      std::vector<char> all(static_cast<size_t>(total));
+      Status s = plane->allgatherv(mine.data(), all.data(), bytes);
+      if (!s.ok()) return job.fail(r, s.message());
+      size_t at = 0;
+      for (int q = 0; q < n; ++q) {
+        for (int64_t i = 0; i < bytes[static_cast<size_t>(q)]; ++i, ++at) {
+          if (all[at] != byte_of(q, 5, i)) {
+            job.fail(r, "allgatherv: rank " + std::to_string(q) + "'s byte " + std::to_string(i));
+            q = n;
+            break;
+          }
+        }
+      }
+      const size_t bcast = 300001;
+      std::vector<char> buf(bcast);
+      for (size_t i = 0; i < bcast; ++i) buf[i] = r == n - 1 ? byte_of(n - 1, 7, int64_t(i)) : 0;
+      s = plane->broadcast(buf.data(), static_cast<int64_t>(bcast), n - 1);
+      bool same = s.ok();
+      for (size_t i = 0; i < bcast && same; ++i) same = buf[i] == byte_of(n - 1, 7, int64_t(i));
+      if (!same) job.fail(r, "broadcast of " + std::to_string(bcast) + " bytes " + s.message());
+    });
+    INFO("ranks: " << n);
+    CHECK(job.failures() == std::vector<std::string>{});
+  }
+}
+
 }  // namespace testing
 }  // namespace hvd

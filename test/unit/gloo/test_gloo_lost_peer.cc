@@ -21,8 +21,11 @@ constexpr auto kOpTimeout = std::chrono::milliseconds(1000);
 
 // Ranks 0 and 1 allreduce while rank 2 `leaves` (closes its connections, or stays silent
 // until the others are done); then 0 and 1 connect a new group under a new prefix.
-void lose_rank_two(const std::string& prefix, bool close_connections) {
+// With `direct_max_bytes` of 1 MiB the 256 KiB allreduce is streamed over the direct links.
+void lose_rank_two(const std::string& prefix, bool close_connections,
+                   int64_t direct_max_bytes = 16 << 10) {
   ThreadedGlooJob job(3, kOpTimeout);
+  for (int r = 0; r < 3; ++r) job.job(r)->direct_max_bytes = direct_max_bytes;
   std::atomic<int> survivors_done{0};
   job.run(prefix, [&](int r, GlooBootstrap& world) {
     std::unique_ptr<DataPlane> plane;
@@ -131,6 +134,13 @@ TEST_CASE("gloo lost peer: closed connections fail the others' allreduce as kInt
 TEST_CASE("gloo lost peer: a silent peer fails the others' allreduce after the op timeout",
           "[gloo]") {
   lose_rank_two("lost_silent", false);
+}
+
+TEST_CASE("gloo lost peer: a streamed allreduce fails at once on a closed connection, "
+          "after the op timeout on a silent peer",
+          "[gloo]") {
+  lose_rank_two("lost_stream_closed", true, 1 << 20);
+  lose_rank_two("lost_stream_silent", false, 1 << 20);
 }
 
 TEST_CASE("gloo lost peer: direct links fail the negotiation at once on a closed connection",
