@@ -42,8 +42,9 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   # Two hosts made of network namespaces (about 30 s; exit 77 = skipped where not root).
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh; rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost (exit $rc)"
-  # The same two hosts under hvdrun --gloo (no mpirun; the library job when built with Gloo).
-  PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --gloo; rc=$?
+  # The same two hosts under hvdrun --gloo (no mpirun): the library job, the digits job and the
+  # C++ multi-rank suite when built with Gloo (about 70 s).
+  BUILD_DIR="$BUILD_DIR" PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --gloo; rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost gloo (exit $rc)"
   # An elastic job on the same two hosts, one host's network cut mid-job (about 40 s).
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --elastic; rc=$?

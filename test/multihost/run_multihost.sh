@@ -17,7 +17,8 @@
 # With --gloo hvdrun serves the rendezvous on the bridge address and starts the workers
 # through the rsh agent, as it would over ssh: first test/runner/gloo_worker.py (the workers
 # read their places and meet through the store, over the hosts' network), then, when this
-# build has Gloo (horovod_cpp.gloo_built()), job_check.py on the library's Gloo World.
+# build has Gloo (horovod_cpp.gloo_built()), job_check.py on the library's Gloo World, the
+# Python digits job and the C++ multi-rank suite (under ${BUILD_DIR:-build}; about 60 s).
 #
 # Needs root, `ip` and `unshare`. Environment: PYTHON (a python with horovod_cpp importable;
 # default .venv/bin/python, else python3), SUBNET_PREFIX (default 10.77.0; only <prefix>.1,
@@ -116,9 +117,25 @@ if [ "$MODE" = gloo ]; then
   fi
 fi
 job "$tmp/out" "$PYTHON" test/runner/job_check.py --local-size 2 --cross-size 2; rc=$?
-if [ "$rc" = 0 ] && grep -q "JOB_CHECK OK size=4 hosts=\['h1', 'h2'\]" "$tmp/out"; then
-  echo "$WHO: PASSED (4 ranks on h1:2,h2:2$([ "$MODE" = gloo ] && echo ", Gloo controller"))"
-  exit 0
+if [ "$rc" != 0 ] || ! grep -q "JOB_CHECK OK size=4 hosts=\['h1', 'h2'\]" "$tmp/out"; then
+  echo "$WHO: FAILED (exit $rc)"
+  exit 1
 fi
-echo "$WHO: FAILED (exit $rc)"
-exit 1
+if [ "$MODE" = gloo ]; then
+  # The digits job (it checks its accuracy and that every rank ends with the same weights) and
+  # the C++ multi-rank suite, with MPI_Init ending any process that calls it: the hierarchical
+  # paths with Gloo between the hosts.
+  job "$tmp/out.digits" "$PYTHON" examples/python/train_digits.py ||
+    { echo "$WHO: FAILED (examples/python/train_digits.py)"; exit 1; }
+  build=${BUILD_DIR:-build}
+  [ "${build#/}" = "$build" ] && build="$root/$build"
+  dir="$build/test/unit/gloo/multirank"
+  if [ -x "$dir/hvd_gloo_multirank_tests" ] && [ -f "$dir/libhvd_no_mpi_init.so" ]; then
+    job "$tmp/out.suite" env -u HOROVOD_CPP_WORKER_ID LD_PRELOAD="$dir/libhvd_no_mpi_init.so" \
+      "$dir/hvd_gloo_multirank_tests" || { echo "$WHO: FAILED (the C++ multi-rank suite)"; exit 1; }
+  else
+    echo "$WHO: the C++ multi-rank suite is not built under ${BUILD_DIR:-build}; skipped"
+  fi
+fi
+echo "$WHO: PASSED (4 ranks on h1:2,h2:2$([ "$MODE" = gloo ] && echo ", Gloo controller"))"
+exit 0
