@@ -121,7 +121,7 @@ def elastic_job(hosts, h2, logdir):
             out["results"] = ex.run(
                 functools.partial(ejobs.elastic_job, marker, ejobs.MARK_STEP, STEPS, 0.2,
                                   hold_step=HOLD_STEP),
-                callbacks=[lambda g, ws: generations.append((g, list(ws)))])
+                on_membership=[lambda g, ws: generations.append((g, list(ws)))])
         except BaseException as e:  # reported below
             out["error"] = repr(e)
 

@@ -6,6 +6,7 @@ import faulthandler
 import importlib
 import os
 import sys
+import time
 
 import pytest
 
@@ -53,3 +54,27 @@ def ray_cluster():
              log_to_driver=True, resources={f"node:{h}": 100 for h in NAMED_HOSTS})
     yield ray
     ray.shutdown()
+
+
+def live_actors(ray):
+    """{actor id: class name} of the session cluster's actors not DEAD. Ray's state API
+    (ray.util.state) needs the dashboard, which the test cluster does not run, so this reads
+    the GCS's table the way `ray.util.state` did before it (ray._private.state.actors)."""
+    from ray._private import state
+    return {aid: a.get("ActorClassName", "?") for aid, a in state.actors().items()
+            if a.get("State") != "DEAD"}
+
+
+@pytest.fixture(autouse=True)
+def no_actor_left(request):
+    """After every test on the session cluster: each actor it started (workers, the log
+    queue of ray_logger) has ended; Ray may take a moment to mark killed ones dead."""
+    yield
+    if "ray_cluster" not in request.fixturenames:
+        return
+    ray = request.getfixturevalue("ray_cluster")
+    deadline = time.monotonic() + 30
+    while live_actors(ray) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = live_actors(ray)
+    assert not left, f"actors left alive after the test: {left}"

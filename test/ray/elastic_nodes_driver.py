@@ -48,7 +48,7 @@ def main(scenario):
             out["results"] = ex.run(
                 lambda: jobs.elastic_job(marker, jobs.MARK_STEP, jobs.GROW_STEPS,
                                          jobs.GROW_SLEEP_S, hold_step=hold_step),
-                callbacks=[lambda g, ws: generations.append((g, ws))])
+                on_membership=[lambda g, ws: generations.append((g, ws))])
         except BaseException as e:  # reported below
             out["error"] = repr(e)
 

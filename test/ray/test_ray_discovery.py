@@ -47,7 +47,7 @@ def test_the_programs_discovery_places_workers_and_grows_the_job(ray_cluster, tm
     def driver():
         try:
             out["results"] = ex.run(lambda: placed_job(marker),
-                                    callbacks=[lambda g, ws: generations.append(list(ws))])
+                                    on_membership=[lambda g, ws: generations.append(ws)])
         except BaseException as e:  # reported below
             out["error"] = e
 

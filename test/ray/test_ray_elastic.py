@@ -38,9 +38,12 @@ def gradient(step, rank):
     return np.random.default_rng(1000 * step + rank).integers(-100, 100, 8).astype(np.float64)
 
 
-def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold_step=None):
+def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold_step=None,
+                log_steps=False):
     """A training loop of `steps` steps under the elastic run loop; returns (worker id,
-    parameters, log of (step, size) committed). The last rank of generation 0 writes its id
+    parameters, log of (step, size) committed). With `log_steps`, rank 0 sends
+    {"step", "size", "wid"} to the driver with ray_logger.log() before each commit (the
+    driver's callbacks get them). The last rank of generation 0 writes its id
     to `marker` just before committing `mark_step` (the test then kills that actor or a node,
     or adds a node). With `hold_step`, every rank waits (up to 120 s) after committing that
     step for the file `marker`.go, written by the test once the membership it wants to see
@@ -61,6 +64,9 @@ def elastic_job(marker, mark_step=MARK_STEP, steps=STEPS, sleep_s=0.1, hold_step
             state.params = state.params + total
             state.step = step
             state.log.append((step, hvd.size()))
+            if log_steps:
+                from horovod_cpp.ray import ray_logger
+                ray_logger.log({"step": step, "size": hvd.size(), "wid": wid})
             if (step == mark_step and hvd.rank() == hvd.size() - 1
                     and not os.path.exists(marker)):
                 with open(marker + ".tmp", "w") as f:
@@ -98,10 +104,10 @@ def settings(**kw):
     return ElasticRayExecutor.create_settings(timeout_s=120, **kw)
 
 
-def run_and_kill(ex, marker, on_generation=None, **job_kwargs):
-    """Runs elastic_job on `ex` in a thread, kills the actor that wrote `marker` (the last rank
-    of generation 0, at MARK_STEP) and waits for run() to end. Returns (out, generations,
-    victim): out holds "results" or "error"."""
+def run_and_kill(ex, marker, on_generation=None, callbacks=None, **job_kwargs):
+    """Runs elastic_job on `ex` in a thread (run()'s `callbacks` given), kills the actor that
+    wrote `marker` (the last rank of generation 0, at MARK_STEP) and waits for run() to end.
+    Returns (out, generations, victim): out holds "results" or "error"."""
     out, generations = {}, []
 
     def record(g, ws):
@@ -112,7 +118,7 @@ def run_and_kill(ex, marker, on_generation=None, **job_kwargs):
     def driver():
         try:
             out["results"] = ex.run(lambda: elastic_job(marker, **job_kwargs),
-                                    callbacks=[record])
+                                    callbacks=callbacks, on_membership=[record])
         except BaseException as e:  # reported by the test
             out["error"] = e
 
@@ -137,7 +143,9 @@ def test_actor_killed_mid_training_job_goes_on(ray_cluster, tmp_path):
         # The store is served where any node of the cluster reaches it (Ray's node address).
         assert ex.store_address[0] == placement.elastic_store_address(
             ray.util.get_node_ip_address())
-        out, generations, victim = run_and_kill(ex, marker)
+        logs = []
+        out, generations, victim = run_and_kill(ex, marker, callbacks=[logs.append],
+                                                log_steps=True)
     finally:
         ex.shutdown()
     assert "error" not in out, out.get("error")
@@ -150,6 +158,16 @@ def test_actor_killed_mid_training_job_goes_on(ray_cluster, tmp_path):
     sizes = check_job(results, STEPS)
     assert sizes[:MARK_STEP] == [3] * MARK_STEP and sizes[-1] == 2, sizes
     assert sizes == sorted(sizes, reverse=True), sizes
+    # ray_logger: the rank 0 of each generation logged every step it ran, in order (a step
+    # redone after the loss is logged again), from both generations.
+    steps = [d["step"] for d in logs]
+    assert steps == sorted(steps) and set(steps) == set(range(1, STEPS + 1)), logs
+    assert all(sorted(d) == ["size", "step", "wid"] for d in logs), logs
+    logged = {(d["step"], d["size"]) for d in logs}
+    assert set(enumerate(sizes, start=1)) <= logged, (sizes, logs)
+    assert {d["size"] for d in logs} >= {3, 2}, logs
+    members = set().union(*(ws for _, ws in generations))
+    assert {d["wid"] for d in logs} <= members - {victim}, logs
 
 
 def test_min_workers_not_met_fails_clearly(ray_cluster):

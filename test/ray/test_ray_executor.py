@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -100,12 +101,23 @@ def check_results(got, want):
 
 
 
+def log_from_every_node():
+    """Every rank sends 3 dicts naming its rank and Ray node (ray_logger, chief_only=False)."""
+    from horovod_cpp.ray import ray_logger
+    node = ray.get_runtime_context().get_node_id()
+    for i in range(3):
+        ray_logger.log({"rank": int(os.environ["HOROVOD_RANK"]), "node": node, "i": i},
+                       chief_only=False)
+
+
 def run_two_by_two():
     """RayExecutor(num_hosts=2, num_workers_per_host=2) running collectives_job on a cluster of
-    two nodes or more, every result checked: (places as tuples, the store's address, the
-    run's results). Used by the multi-node drivers (multinode_driver.py,
+    two nodes or more, every result checked, then log_from_every_node (the workers' dicts
+    reach the driver from both nodes, each rank's in order): (places as tuples, the store's
+    address, the run's results). Used by the multi-node drivers (multinode_driver.py,
     test/multihost/ray_hosts.py)."""
     ex = RayExecutor(settings(), num_hosts=2, num_workers_per_host=2)
+    logged = []
     try:
         ex.start()
         places = [tuple(p) for p in ex.places]
@@ -113,8 +125,12 @@ def run_two_by_two():
         results = ex.run(collectives_job)
         for r, (_, got) in enumerate(results):
             check_results(got, expected(r, len(results)))
+        ex.run(log_from_every_node, callbacks=[logged.append])
     finally:
         ex.shutdown()
+    for r in range(4):
+        assert [d["i"] for d in logged if d["rank"] == r] == [0, 1, 2], logged
+    assert len(logged) == 12 and len({d["node"] for d in logged}) == 2, logged
     return places, store, results
 
 def fail_job(bad_rank):
@@ -159,6 +175,46 @@ class Counter:
         hvd.init()
         self.value += self.step * hvd.rank()
         return self.value
+
+
+#: How many dicts logging_job's ranks log in each of its two rounds.
+LOGGED = 4
+
+
+def chief_dict(i):
+    """Rank 0's i-th dict in logging_job: nested values, to check that contents arrive whole."""
+    return {"i": i, "loss": 1.0 / (i + 1), "tags": ["a", str(i)], "nested": {"step": [i, -i]}}
+
+
+def logging_job(marker):
+    """Every rank logs LOGGED dicts with chief_only=True (only rank 0's are sent); rank 0 then
+    waits (up to 60 s) for `marker`, which a driver callback writes on receiving its last one;
+    then every rank logs LOGGED dicts with chief_only=False. Returns (rank 0: whether the
+    marker came while the job ran, the run's log queue as the worker has it)."""
+    import horovod_cpp as hvd
+    from horovod_cpp.ray import ray_logger
+
+    hvd.init()
+    r = hvd.rank()
+    for i in range(LOGGED):
+        ray_logger.log(chief_dict(i))
+    seen = None
+    if r == 0:
+        seen = wait_for(lambda: os.path.exists(marker), timeout_s=60)
+    for i in range(LOGGED):
+        ray_logger.log({"rank": r, "i": i}, chief_only=False)
+    return seen, ray_logger._queue
+
+
+def unconfigured_logging():
+    """ray_logger.log() in a run without callbacks: the warnings it gives."""
+    from horovod_cpp.ray import ray_logger
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ray_logger.log({"x": 1})
+        ray_logger.log({"x": 2})
+    return [str(w.message) for w in caught]
 
 
 # ---- the tests -------------------------------------------------------------------------------
@@ -348,3 +404,64 @@ def test_shutdown_kills_a_stuck_worker(ray_cluster):
     assert time.monotonic() - t0 < 20
     assert wait_for(lambda: not any(pid_alive(p) for p in pids)), f"workers {pids} still alive"
     assert wait_for(lambda: ray_cluster.available_resources().get("CPU") == NUM_CPUS)
+
+
+def test_ray_logger_reaches_every_callback_in_order(ray_cluster, tmp_path):
+    """ray_logger.log() in the workers, run(callbacks=...) on the driver: rank 0's dicts (and
+    with chief_only=False every rank's) reach each callback whole and in order while the job
+    runs; a callback that raises is warned about and dropped, the others get everything; the
+    run's queue actor is gone after run(); a run without callbacks leaves log() unconfigured."""
+    marker = str(tmp_path / "last_chief_dict_delivered")
+    first, second, raised = [], [], []
+
+    def mark(d):
+        if d == chief_dict(LOGGED - 1):
+            open(marker, "w").close()
+
+    def boom(d):
+        raised.append(d)
+        raise ValueError("boom from a callback")
+
+    ex = RayExecutor(settings(), num_workers=2)
+    ex.start()
+    try:
+        with pytest.warns(RuntimeWarning, match="raised ValueError: boom from a callback"):
+            results = ex.run(logging_job, args=[marker],
+                             callbacks=[first.append, boom, mark, second.append])
+        warned = ex.run(unconfigured_logging)
+    finally:
+        ex.shutdown()
+    assert results[0][0] is True, "rank 0's dicts were not delivered while the job ran"
+    assert first == second, (first, second)
+    assert raised == first[:1]  # called once, then dropped
+    # Each rank's dicts in the order it logged them (the ranks' interleave as they ran): rank
+    # 0's chief_only ones then its chief_only=False ones; rank 1's chief_only=False ones only.
+    everyone = [[{"rank": r, "i": i} for i in range(LOGGED)] for r in range(2)]
+    assert [d for d in first if d.get("rank") != 1] == [chief_dict(i) for i in range(LOGGED)] + \
+        everyone[0], first
+    assert [d for d in first if d.get("rank") == 1] == everyone[1], first
+    assert len(first) == 3 * LOGGED, first
+    # Both workers had the run's queue; its actor ended with the run.
+    queue = results[1][1]
+    assert queue is not None and results[0][1] is not None
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(queue.actor.qsize.remote(), timeout=60)
+    # Without callbacks nothing listens: rank 0 warns once, rank 1 (chief_only) sends nothing.
+    assert len(warned[0]) == 1 and "not configured" in warned[0][0], warned
+    assert warned[1] == [], warned
+
+
+def test_ray_logger_outside_a_run_warns_once(monkeypatch):
+    """No cluster needed: log() in a process no run configured (here, the test's) warns once;
+    a callback that is not callable is refused before anything starts."""
+    from horovod_cpp.ray import ray_logger
+
+    monkeypatch.setattr(ray_logger, "_warned", False)
+    monkeypatch.delenv("HOROVOD_RANK", raising=False)
+    with pytest.warns(UserWarning, match="logging is not configured"):
+        ray_logger.log({"x": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ray_logger.log({"x": 2})  # once only
+    with pytest.raises(TypeError, match="RayExecutor: f: callbacks must be callables"):
+        ray_logger.check_callbacks("RayExecutor: f", [print, "not callable"])

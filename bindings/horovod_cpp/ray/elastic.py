@@ -31,7 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..runner import elastic_driver, elastic_rounds as er, gloo_launch
 from ..runner.rendezvous import StoreServer
-from . import placement
+from . import placement, ray_logger
 from .executor import Settings, older_name
 from .worker import Worker
 
@@ -195,6 +195,7 @@ class ElasticRayExecutor:
         self._extra_env = {}
         self._actors = {}  # wid -> actor handle, while it should run
         self._done = {}  # done ref -> wid
+        self._relay = None  # the running job's ray_logger.LogRelay, with callbacks
         self.rounds = None
 
     # ---- life cycle ---------------------------------------------------------------------
@@ -252,17 +253,25 @@ class ElasticRayExecutor:
         return {"resources": {f"node:{host}": 0.001}}
 
     # ---- the job ------------------------------------------------------------------------
-    def run(self, worker_fn, callbacks=None):
+    def run(self, worker_fn, callbacks=None, on_membership=None):
         """Runs worker_fn() in every worker of every generation (it calls hvd.init() and its
         training, wrapped in horovod_cpp's elastic run loop); returns the results of the last
         generation's workers in rank order. Raises RuntimeError with the driver's reason when
         the job fails (too few workers for elastic_timeout, the reset limit, a worker's
-        error). `callbacks`: functions called here as cb(generation, worker_ids) each time a
-        generation is formed."""
+        error).
+
+        `callbacks` (Horovod's): callables each called here with every dict the workers send
+        with ray_logger.log() (the current rank 0's, or every rank's with chief_only=False),
+        in order, as they arrive, from every generation; all are delivered before run()
+        returns (ray_logger.LogRelay). `on_membership`: callables called here as
+        cb(generation, worker_ids) each time a generation is formed."""
         if self._store is None:
             raise RuntimeError("ElasticRayExecutor.run(): call start() first")
         if self.rounds is not None and self._actors:
             raise RuntimeError("ElasticRayExecutor.run(): a job is already running")
+        callbacks = ray_logger.check_callbacks("ElasticRayExecutor.run", callbacks)
+        on_membership = ray_logger.check_callbacks("ElasticRayExecutor.run(on_membership)",
+                                                   on_membership)
         self.rounds = er.Rounds(self._rs, random.SystemRandom())
         self._fn = worker_fn
         results, errors = {}, []
@@ -270,6 +279,7 @@ class ElasticRayExecutor:
         generation = -1
         next_discovery = 0.0
         last_hosts = None
+        self._relay = ray_logger.LogRelay(callbacks) if callbacks else None
         try:
             while finish is None:
                 now = time.monotonic()
@@ -299,12 +309,15 @@ class ElasticRayExecutor:
                 finish = self._carry_out(cmds, now)
                 if self.rounds.generation != generation:
                     generation = self.rounds.generation
-                    for cb in callbacks or []:
+                    for cb in on_membership:
                         cb(generation, list(self.rounds.members))
                 if finish is None:
                     time.sleep(self.poll_s)
         finally:
             self._stop_actors()
+            if self._relay is not None:  # after the workers: what they logged is queued
+                self._relay.close()
+                self._relay = None
         if finish.rc != 0:
             raise RuntimeError(_failure_message(finish.message, errors))
         return [results[w] for w in self.rounds.members if w in results]
@@ -344,7 +357,8 @@ class ElasticRayExecutor:
             **self._placement(cmd.host)).remote()
         actor.set_env.remote(env)  # actor tasks run in order: before the function
         self._actors[cmd.wid] = actor
-        self._done[actor.call.remote(self._fn, [], {})] = cmd.wid
+        log_queue = self._relay.queue if self._relay is not None else None
+        self._done[actor.call.remote(self._fn, [], {}, log_queue)] = cmd.wid
 
     @property
     def store_address(self):

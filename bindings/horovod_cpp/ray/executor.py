@@ -3,7 +3,8 @@
 start() reserves a placement group, starts one actor per worker in it, asks each actor where
 it landed, derives the places (placement.py), serves the Gloo rendezvous store from this
 (driver) process with a fresh secret, and gives every actor the contract's variables. Then
-run()/execute() call functions on all workers at once; their hvd.init() joins the job.
+run()/execute() call functions on all workers at once; their hvd.init() joins the job, and
+the dicts they send with ray_logger.log() reach run()'s callbacks (ray_logger.py).
 shutdown() ends horovod_cpp in every actor, ends the actors, frees the placement group and
 stops the store.
 """
@@ -18,7 +19,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..runner import gloo_launch
 from ..runner.rendezvous import StoreServer
-from . import placement
+from . import placement, ray_logger
 from .worker import Worker
 
 
@@ -257,16 +258,34 @@ class RayExecutor:
         args, kwargs = list(args or []), dict(kwargs or {})
         return [w.call.remote(fn, args, kwargs) for w in self._workers]
 
-    def run(self, fn, args=None, kwargs=None):
+    def run(self, fn, args=None, kwargs=None, callbacks=None):
         """fn(*args, **kwargs) on every worker; returns the results in rank order, or raises
-        WorkerError naming the rank that failed."""
-        return self._gather(self.run_remote(fn, args, kwargs), what=_name(fn))
+        WorkerError naming the rank that failed. `callbacks`: callables each called here with
+        every dict the workers send with ray_logger.log() while fn runs (rank 0's, or every
+        rank's with chief_only=False), in order, as they arrive; all are delivered before
+        run() returns (ray_logger.LogRelay)."""
+        self._check_started("run")
+        args, kwargs = list(args or []), dict(kwargs or {})
+        return self._call_all(lambda w, q: w.call.remote(fn, args, kwargs, q), callbacks, fn)
 
-    def execute(self, fn):
+    def execute(self, fn, callbacks=None):
         """fn(executable) on every worker (the object start() built from executable_cls, or
-        None); returns the results in rank order."""
+        None); returns the results in rank order. `callbacks` as in run()."""
         self._check_started("execute")
-        return self._gather([w.execute.remote(fn) for w in self._workers], what=_name(fn))
+        return self._call_all(lambda w, q: w.execute.remote(fn, q), callbacks, fn)
+
+    def _call_all(self, submit, callbacks, fn):
+        """submit(worker, log queue) on every worker, gathered; with callbacks, a LogRelay
+        carries the logged dicts to them for as long as the call runs."""
+        callbacks = ray_logger.check_callbacks(f"RayExecutor: {_name(fn)}", callbacks)
+        if not callbacks:
+            return self._gather([submit(w, None) for w in self._workers], what=_name(fn))
+        relay = ray_logger.LogRelay(callbacks)
+        try:
+            return self._gather([submit(w, relay.queue) for w in self._workers],
+                                what=_name(fn))
+        finally:
+            relay.close()
 
     def execute_single(self, fn):
         """fn(executable) on the rank 0 worker only; returns its result."""

@@ -12,6 +12,8 @@ import sys
 
 import ray
 
+from . import ray_logger
+
 
 class Worker:
     """One worker of a RayExecutor (made into a Ray actor class by the executor)."""
@@ -34,15 +36,17 @@ class Worker:
         if executable_cls is not None:
             self.executable = executable_cls(*args, **kwargs)
 
-    def execute(self, fn):
+    def execute(self, fn, log_queue=None):
         """fn(executable): the worker's persistent object (None without executable_cls)."""
-        return self.call(fn, [self.executable], {})
+        return self.call(fn, [self.executable], {}, log_queue)
 
-    def call(self, fn, args, kwargs):
-        """fn(*args, **kwargs). If it raises, horovod_cpp is shut down here before the error
-        goes back: the other workers' collectives then fail instead of waiting forever for
-        this one (as when a process of an mpirun job exits), and the next function on every
-        worker can init() the job again."""
+    def call(self, fn, args, kwargs, log_queue=None):
+        """fn(*args, **kwargs), its ray_logger.log() sending to `log_queue` (the run's, when
+        the run has callbacks; else nowhere). If it raises, horovod_cpp is shut down here
+        before the error goes back: the other workers' collectives then fail instead of
+        waiting forever for this one (as when a process of an mpirun job exits), and the next
+        function on every worker can init() the job again."""
+        ray_logger.configure(log_queue)
         try:
             return fn(*args, **kwargs)
         except BaseException:
@@ -51,6 +55,8 @@ class Worker:
             except Exception:  # the function's own error is the one the driver must see
                 pass
             raise
+        finally:
+            ray_logger.configure(None)  # the queue ends with its run
 
     def close(self):
         """Ends horovod_cpp here if a function started it (a no-op otherwise)."""
