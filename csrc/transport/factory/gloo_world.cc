@@ -219,6 +219,9 @@ Status GlooWorld::init(const InitOptions& options) {
     }
     Status st = GlooBootstrap::connect(&job_, prefix_ + "/world", place_.rank, place_.size,
                                        "the job (Gloo)", &world_);
+    // The first exchange of the new world: a member lost just after connecting fails it here,
+    // and an elastic worker then waits for the next membership as below.
+    if (st.ok()) st = agree_direct_max_bytes();
     if (st.ok()) break;
     // Elastic: a member was lost after the driver counted it in (e.g. its node went down
     // before the driver heard of it). This worker announces itself for the next membership,
@@ -228,7 +231,7 @@ Status GlooWorld::init(const InitOptions& options) {
                       << " did not connect, waiting for the next one: " << st.message();
   }
   g_abort_rank.store(place_.rank);
-  return agree_direct_max_bytes();
+  return Status::OK();
 }
 
 // The direct links stream a buffer in pieces, one sent and one received in turn: no hand-off
