@@ -187,10 +187,13 @@ Status GlooDataPlane::reducescatter(const void* in, void* out, const std::vector
 
 Status GlooDataPlane::broadcast(void* buf, int64_t bytes, int root) {
   if (bytes == 0 || size_ == 1) return Status::OK();
+  // Flat from the root: streamed over the direct links up to their bound (the same rule as
+  // the allreduce's, by the buffer's size), else through Gloo while the root's copies are few.
+  const bool direct = static_cast<size_t>(bytes) <= direct_max_;
   const size_t copies = static_cast<size_t>(bytes) * static_cast<size_t>(size_ - 1);
-  if (copies <= std::max(kFlatBroadcastMaxBytes, direct_max_)) {
+  if (direct || copies <= kFlatBroadcastMaxBytes) {
     return gloo_call(group_, "gloo broadcast", [&] {
-      flat_broadcast_bytes(*ctx_, copies <= direct_max_ ? direct_.get() : nullptr,
+      flat_broadcast_bytes(*ctx_, direct ? direct_.get() : nullptr,
                            kSmallBroadcastSlotPrefix, root, static_cast<char*>(buf),
                            static_cast<size_t>(bytes));
     });

@@ -26,9 +26,9 @@ namespace hvd {
 class GlooDataPlane : public DataPlane {
  public:
   /// `group` names the group in errors; `direct` (the same members' links, may be null) is
-  /// shared with the group's other planes, which run on the same thread. Allreduces and
-  /// allgathers of at most `direct_max_bytes`, and broadcasts whose copies at the root come to
-  /// at most that, go over `direct` (the same value on every member).
+  /// shared with the group's other planes, which run on the same thread. Allreduces,
+  /// broadcasts and allgathers (all blocks together) of at most `direct_max_bytes` go over
+  /// `direct` (the same value on every member).
   GlooDataPlane(std::shared_ptr<gloo::Context> ctx, std::string group,
                 std::shared_ptr<DirectLinks> direct = nullptr,
                 int64_t direct_max_bytes = DirectLinks::kMaxBytes);
