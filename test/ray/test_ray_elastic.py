@@ -210,25 +210,11 @@ def test_horovods_older_names_cpus_per_slot_and_env_vars(ray_cluster):
     assert results == [("7", n, float(n))] * n, results
 
 
-# A known bug, older than the test's last change (seen on 2026-11-28 in about one run in five
-# under load, on the code of that day and of the stop before): when the second node is lost,
-# a surviving head worker can go on without noticing the loss (it logs no error; most likely
-# it waits in shared memory for its host peer, which failed the cross-host step and returned,
-# while the wait's peer watch sees that peer alive and the shm deadline is 300 s). The driver
-# then drops that worker as not ready, blacklists the head and waits for hosts. Until the shm segment carries an abort mark, the lose scenario runs again once when
-# it ends that way, and says so; a second such failure fails the test.
-KNOWN_STALL = "fewer than --min-np 2: waiting up to --elastic-timeout"
-
-
-def run_nodes_driver(scenario, retry_known_stall=False):
+def run_nodes_driver(scenario):
     """elastic_nodes_driver.py's scenario: its JSON line, checked with check_job, and the
     committed sizes."""
     proc = subprocess.run([sys.executable, os.path.join(HERE, "elastic_nodes_driver.py"),
                            scenario], capture_output=True, text=True, timeout=280)
-    if proc.returncode != 0 and retry_known_stall and KNOWN_STALL in proc.stderr:
-        print(f"test_ray_elastic: the {scenario} scenario hit the known shared-memory stall "
-              "(see KNOWN_STALL's comment); running it once more", file=sys.stderr)
-        return run_nodes_driver(scenario)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     return out, check_job(out["results"], GROW_STEPS)
@@ -242,7 +228,7 @@ def test_node_joins_job_grows():
 
 
 def test_node_lost_job_goes_on():
-    out, sizes = run_nodes_driver("lose", retry_known_stall=True)
+    out, sizes = run_nodes_driver("lose")
     # Both nodes' workers until the second node's raylet is killed, the head's 2 after.
     assert sizes[:MARK_STEP] == [4] * MARK_STEP and sizes[-1] == 2, sizes
     assert sizes == sorted(sizes, reverse=True), sizes

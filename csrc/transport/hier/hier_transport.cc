@@ -55,7 +55,7 @@ class HierDataPlane : public DataPlane {
     if (static_cast<int64_t>(share_.size()) < mine * esize) share_.resize(static_cast<size_t>(mine * esize));
     // Average reduces as Sum here: the caller finishes (divides, scales) the whole result.
     HVD_RETURN_IF_ERROR(host_->reducescatter(buf, share_.data(), counts, dtype, op, 1.0, 1.0, 1));
-    if (mine > 0) HVD_RETURN_IF_ERROR(cross_->allreduce(share_.data(), mine, dtype, op));
+    if (mine > 0) HVD_RETURN_IF_ERROR(left_if(cross_->allreduce(share_.data(), mine, dtype, op)));
     return host_->allgatherv(share_.data(), buf, bytes);
   }
   // Blocks of the ranks of equal local rank over the network (one exchange per local rank,
@@ -74,7 +74,7 @@ class HierDataPlane : public DataPlane {
       share_.resize(static_cast<size_t>(host_bytes[static_cast<size_t>(local_rank_)]));
     }
     if (static_cast<int64_t>(gathered_.size()) < total) gathered_.resize(static_cast<size_t>(total));
-    HVD_RETURN_IF_ERROR(cross_->allgatherv(in, share_.data(), cross_bytes));
+    HVD_RETURN_IF_ERROR(left_if(cross_->allgatherv(in, share_.data(), cross_bytes)));
     HVD_RETURN_IF_ERROR(host_->allgatherv(share_.data(), gathered_.data(), host_bytes));
     std::vector<int64_t> at(bytes.size(), 0);  // where each rank's block goes in `out`
     for (size_t r = 1; r < bytes.size(); ++r) at[r] = at[r - 1] + bytes[r - 1];
@@ -99,12 +99,20 @@ class HierDataPlane : public DataPlane {
   // The root's local rank on every host gets it over the network, then each host from it.
   Status broadcast(void* buf, int64_t bytes, int root) override {
     const Place p = place_[static_cast<size_t>(root)];
-    if (local_rank_ == p.local) HVD_RETURN_IF_ERROR(cross_->broadcast(buf, bytes, p.cross));
+    if (local_rank_ == p.local) HVD_RETURN_IF_ERROR(left_if(cross_->broadcast(buf, bytes, p.cross)));
     return host_->broadcast(buf, bytes, p.local);
   }
   Status barrier() override { return set_->barrier(); }
 
  private:
+  /// `s`, after marking this rank gone from the host's shared memory when it is an error: a
+  /// cross-host step that failed here (a lost host, say) may have succeeded for a host peer,
+  /// which then waits for this rank in the next shared-memory step (ShmAllreduce::leave()).
+  Status left_if(Status s) {
+    if (!s.ok()) host_->leave();
+    return s;
+  }
+
   std::unique_ptr<ShmAllreduce> host_;  // the ranks of this host
   std::unique_ptr<Bootstrap> host_group_;
   std::unique_ptr<Bootstrap> cross_group_;  // this local rank on every host

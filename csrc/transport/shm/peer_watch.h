@@ -40,6 +40,9 @@ class PeerWatch {
   /// (hvd::InternalError: the survivors may shutdown() and init() again), kBackend under MPI
   /// (the default: mpirun ends such a job).
   void set_lost_code(ErrorCode code) { lost_code_ = code; }
+  ErrorCode lost_code() const { return lost_code_; }
+  /// The set named in errors (setup()'s `set_id`; 0 before).
+  int set_id() const { return set_id_; }
   bool enabled() const { return !pids_.empty(); }
   /// OK while every member's process runs (or the watch is off); otherwise an error naming
   /// the set, what was waited for (`what`) and the first dead rank. Every member, not only the

@@ -85,6 +85,8 @@ struct ShmAllreduce::Header {
   uint64_t self;    // this segment's address in the owner's address space (the probe)
   // The owner's GatherPaths::Costs (doubles, as bits), read by the peers for their votes.
   alignas(64) std::atomic<uint64_t> path_cost[sizeof(GatherPaths::Costs) / sizeof(double)];
+  // Non-zero once the owner has left the collectives after an error (leave()).
+  alignas(64) std::atomic<uint64_t> left;
 };
 
 
@@ -110,6 +112,7 @@ Status ShmAllreduce::create(const std::string& tag, int rank, int size, int64_t 
       &p));
   Header* h = new (p) Header();
   for (auto& c : h->counter) c.store(0, std::memory_order_relaxed);
+  h->left.store(0, std::memory_order_relaxed);
   s->unlinked_ = false;
   h->buffer = 0;
   h->buffer_bytes = 0;
@@ -202,13 +205,49 @@ Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
   Backoff wait(std::chrono::milliseconds(1), 63, yield_core_);
   while (c.load(std::memory_order_acquire) < target) {
     wait.pause();
-    if (wait.watch_due()) HVD_RETURN_IF_ERROR(watch_.check("a shared-memory collective"));
+    if (wait.watch_due()) {
+      Status s = watch_.check("a shared-memory collective");
+      if (s.ok()) s = check_left(r);
+      if (!s.ok()) {  // another rank's failure: this rank leaves in its wake
+        header(rank_)->left.store(kLeftInWake, std::memory_order_release);
+        return s;
+      }
+    }
     if (wait.elapsed() > kDeadline) {
-      return Status::Backend("shared memory: rank " + std::to_string(r) + " did not arrive within " +
-                             std::to_string(static_cast<long long>(kDeadline.count())) + " s");
+      return fail(Status::Backend("shared memory: rank " + std::to_string(r) +
+                                  " did not arrive within " +
+                                  std::to_string(static_cast<long long>(kDeadline.count())) + " s"));
     }
   }
   return Status::OK();
+}
+
+void ShmAllreduce::leave() { header(rank_)->left.store(kLeftOnError, std::memory_order_release); }
+
+bool ShmAllreduce::has_left(int r) const {
+  return header(r)->left.load(std::memory_order_acquire) != 0;
+}
+
+// Every peer, not only `r`: `r` may itself be waiting for the one that left. A rank that left
+// on an error of its own is named before one that left in its wake (whose mark may be seen
+// first): that one's mark stays, so every waiter names the same cause.
+Status ShmAllreduce::check_left(int r) const {
+  int who = -1;
+  uint64_t why = 0;
+  for (int p = 0; p < size_; ++p) {
+    const uint64_t mark = p == rank_ ? 0 : header(p)->left.load(std::memory_order_acquire);
+    if (mark != 0 && (who < 0 || (mark == kLeftOnError && why != kLeftOnError))) {
+      who = p;
+      why = mark;
+    }
+  }
+  if (who < 0) return Status::OK();
+  return Status(watch_.lost_code(),
+                "process set " + std::to_string(watch_.set_id()) + ": shared memory: rank " +
+                    std::to_string(who) + " of this host left the collective " +
+                    (why == kLeftOnError ? "after an error on its side (its log says which)"
+                                         : "when another rank failed") +
+                    ", while this rank waited for rank " + std::to_string(r));
 }
 
 // A class's two costs (c[kind][band][0..1]) lie at 2 * GatherPaths::bit(kind, band) in the
@@ -295,19 +334,20 @@ void ShmAllreduce::publish_buffer(const void* buf, int64_t bytes, uint64_t s) {
   signal(kPublished, s + 1);  // release: the address is visible with the counter
 }
 
-Status ShmAllreduce::read_peer(int r, int64_t offset, void* out, int64_t bytes) const {
+Status ShmAllreduce::read_peer(int r, int64_t offset, void* out, int64_t bytes) {
   // Read once: the bounds checked are the bounds used.
   const uint64_t base = header(r)->buffer;
   const int64_t published = header(r)->buffer_bytes;
   if (offset < 0 || bytes < 0 || published < 0 || offset > published - bytes) {
-    return Status::Backend("shared memory: rank " + std::to_string(r) + " published " +
-                           std::to_string(published) + " bytes, and this rank was to read " +
-                           std::to_string(bytes) + " at " + std::to_string(offset));
+    return fail(Status::Backend("shared memory: rank " + std::to_string(r) + " published " +
+                                std::to_string(published) + " bytes, and this rank was to read " +
+                                std::to_string(bytes) + " at " + std::to_string(offset)));
   }
   const int e = read_peer_at(r, base + static_cast<uint64_t>(offset), out, bytes);
   if (e == 0) return Status::OK();
-  return Status::Backend("reading " + std::to_string(bytes) + " bytes of rank " +
-                         std::to_string(r) + "'s buffer (process_vm_readv): " + std::strerror(e));
+  return fail(Status::Backend("reading " + std::to_string(bytes) + " bytes of rank " +
+                              std::to_string(r) + "'s buffer (process_vm_readv): " +
+                              std::strerror(e)));
 }
 
 

@@ -19,8 +19,9 @@
 //
 // Background thread only. Waits spin briefly (yielding only where ranks outnumber cores),
 // then sleep; a wait that lasts checks every ~50 ms that the peer still runs (PeerWatch), so a
-// dead peer fails the collective at once; a live peer that does not arrive within the
-// deadline turns into an error, never a hang.
+// dead peer fails the collective at once, and that no peer has left after an error of its own
+// (leave(): a mark in its header), so a live peer that will not come fails it as soon; any
+// other live peer that does not arrive within the deadline turns into an error, never a hang.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +94,16 @@ class ShmAllreduce {
   void set_yield_core(bool yield) { yield_core_ = yield; }
   /// The peers' processes, checked by every wait that lasts (off until its setup()).
   PeerWatch& peer_watch() { return watch_; }
+  /// Marks this rank as gone from the segment's collectives after an error on its side: every
+  /// peer that waits for anything in one, now or later, fails within ~50 ms (a wait that
+  /// lasts checks the marks with the peers' processes) instead of waiting for its deadline
+  /// while this rank's process lives on (an elastic worker that reset, a rank reporting the
+  /// error). Every error of this class's own collectives marks it; a caller whose host peers
+  /// wait for a step of its own (hier's cross-host steps) marks it when that step fails. The
+  /// mark stays: the segment serves no collective after it.
+  void leave();
+  /// Whether rank `r` has left (leave()).
+  bool has_left(int r) const;
 
   /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
   /// multiplies floating-point results by `scale` and divides integer results by `divisor`
@@ -142,12 +153,23 @@ class ShmAllreduce {
   enum Counter { kPublished = 0, kReduced = 1, kCollected = 2 };
   Status wait_all(int which, uint64_t target);
   Status wait_rank(int r, int which, uint64_t target);
+  /// OK unless some peer has left (leave()): then an error naming it, and `r`, the rank this
+  /// rank waited for.
+  Status check_left(int r) const;
+  /// The header's `left` marks: an error of the owner's own (leave()); the owner's wait failed
+  /// on another rank's mark or death.
+  static constexpr uint64_t kLeftOnError = 1, kLeftInWake = 2;
+  /// leave(), then `s` (an error): every error of a collective goes through here.
+  Status fail(Status s) {
+    leave();
+    return s;
+  }
   /// Publishes `buf` of `bytes` (this rank's input of a single-copy round) and the round's
   /// counter.
   void publish_buffer(const void* buf, int64_t bytes, uint64_t s);
   /// Copies `bytes` at `offset` into rank r's published buffer to `out` (process_vm_readv);
   /// an error unless they lie within the bytes rank r published.
-  Status read_peer(int r, int64_t offset, void* out, int64_t bytes) const;
+  Status read_peer(int r, int64_t offset, void* out, int64_t bytes);
   int read_peer_at(int r, uint64_t remote, void* out, int64_t bytes) const;
   /// One single-copy round: publishes `in` (`in_bytes`), reads bytes[j] at from[j] (0 when
   /// `from` is empty) of every peer j's published buffer into out + at[j], and returns once
