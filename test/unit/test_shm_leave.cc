@@ -36,29 +36,36 @@ std::vector<std::unique_ptr<ShmAllreduce>> make_ranks(ErrorCode lost_code) {
 }
 
 // Runs `op(rank)` on ranks 0 and 1 (threads) while rank 2 calls leave() after 200 ms instead
-// of joining; returns the two statuses and how long the slower took.
+// of joining (or, `close`, destroys its ShmAllreduce, as a rank that shuts down or resets);
+// returns the two statuses and how long the slower took.
 template <typename Op>
 std::vector<Status> run_without_rank2(std::vector<std::unique_ptr<ShmAllreduce>>& ranks, Op op,
-                                      double* seconds) {
+                                      double* seconds, bool close = false) {
   std::vector<Status> got(2);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { got[static_cast<size_t>(r)] = op(r); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  ranks[2]->leave();
+  if (close) {
+    ranks[2].reset();
+  } else {
+    ranks[2]->leave();
+  }
   for (auto& t : threads) t.join();
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return got;
 }
 
-void check_failed(const std::vector<Status>& got, ErrorCode code, double seconds) {
+void check_failed(const std::vector<Status>& got, ErrorCode code, double seconds,
+                  const char* how = "after an error on its side") {
   INFO("took " << seconds << " s");
   CHECK(seconds < 10);  // the deadline is 300 s; the marks are checked every ~50 ms
   for (size_t r = 0; r < got.size(); ++r) {
     INFO("rank " << r << ": " << got[r].message());
     CHECK_FALSE(got[r].ok());
     CHECK(got[r].code() == code);
-    CHECK(got[r].message().find("rank 2 of this host left the collective") != std::string::npos);
+    CHECK(got[r].message().find(std::string("rank 2 of this host left the collective ") + how) !=
+          std::string::npos);
   }
 }
 
@@ -103,6 +110,45 @@ TEST_CASE("shm leave: the root's leaving fails a broadcast; a member's fails an 
                                                        out[static_cast<size_t>(r)].data(), bytes);
     }, &seconds);
     check_failed(got, ErrorCode::kBackend, seconds);
+  }
+}
+
+TEST_CASE("shm leave: a rank that closes its segment mid-collective fails its peers' waits",
+          "[shm_leave]") {
+  auto ranks = make_ranks(ErrorCode::kInternal);
+  const int64_t count = 200 * 1000;
+  std::vector<std::vector<float>> data(2, std::vector<float>(static_cast<size_t>(count), 1.0f));
+  double seconds = 0;
+  const auto got = run_without_rank2(ranks, [&](int r) {
+    return ranks[static_cast<size_t>(r)]->allreduce({{data[static_cast<size_t>(r)].data(), count}},
+                                                    DataType::kFloat32, ReduceOp::kSum, 1.0, 1);
+  }, &seconds, /*close=*/true);
+  check_failed(got, ErrorCode::kInternal, seconds, "and closed its shared memory");
+}
+
+TEST_CASE("shm leave: peers that close after a broadcast fail no one", "[shm_leave]") {
+  // Rank 2 is the root: it publishes its last round, returns and closes at once; the others,
+  // who may read that round after the close, still complete with its bytes (the mark comes
+  // after the counter). Every round but the last waits for the others, who start late.
+  auto ranks = make_ranks(ErrorCode::kInternal);
+  const int64_t bytes = 300 * 1000;
+  std::vector<std::vector<unsigned char>> buf(kRanks, std::vector<unsigned char>(bytes, 0));
+  for (int64_t i = 0; i < bytes; ++i) buf[2][static_cast<size_t>(i)] = static_cast<unsigned char>(i * 7);
+  std::vector<Status> got(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      if (r < 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      got[static_cast<size_t>(r)] =
+          ranks[static_cast<size_t>(r)]->broadcast(buf[static_cast<size_t>(r)].data(), bytes, 2);
+      if (r == 2) ranks[2].reset();  // while the others may still wait for its last round
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << got[static_cast<size_t>(r)].message());
+    REQUIRE(got[static_cast<size_t>(r)].ok());
+    CHECK(buf[static_cast<size_t>(r)] == buf[2]);
   }
 }
 

@@ -149,6 +149,9 @@ void ShmAllreduce::unlink() {
 }
 
 ShmAllreduce::~ShmAllreduce() {
+  if (maps_.size() > static_cast<size_t>(rank_) && maps_[static_cast<size_t>(rank_)]) {
+    mark_left(kLeftClosed);
+  }
   unlink();
   for (unsigned char* m : maps_) {
     if (m) munmap(m, map_bytes_);
@@ -208,8 +211,10 @@ Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
     if (wait.watch_due()) {
       Status s = watch_.check("a shared-memory collective");
       if (s.ok()) s = check_left(r);
-      if (!s.ok()) {  // another rank's failure: this rank leaves in its wake
-        header(rank_)->left.store(kLeftInWake, std::memory_order_release);
+      // A peer that arrived and then left (or died) in the meantime arrived: the counter is
+      // read again after its mark (stored after the counter, and read here with acquire).
+      if (!s.ok() && c.load(std::memory_order_acquire) < target) {
+        mark_left(kLeftInWake);  // another rank's failure: this rank leaves in its wake
         return s;
       }
     }
@@ -222,7 +227,14 @@ Status ShmAllreduce::wait_rank(int r, int which, uint64_t target) {
   return Status::OK();
 }
 
-void ShmAllreduce::leave() { header(rank_)->left.store(kLeftOnError, std::memory_order_release); }
+void ShmAllreduce::leave() { mark_left(kLeftOnError); }
+
+void ShmAllreduce::mark_left(uint64_t how) {
+  std::atomic<uint64_t>& mark = header(rank_)->left;
+  uint64_t was = mark.load(std::memory_order_relaxed);
+  while (was < how && !mark.compare_exchange_weak(was, how, std::memory_order_release)) {
+  }
+}
 
 bool ShmAllreduce::has_left(int r) const {
   return header(r)->left.load(std::memory_order_acquire) != 0;
@@ -236,7 +248,7 @@ Status ShmAllreduce::check_left(int r) const {
   uint64_t why = 0;
   for (int p = 0; p < size_; ++p) {
     const uint64_t mark = p == rank_ ? 0 : header(p)->left.load(std::memory_order_acquire);
-    if (mark != 0 && (who < 0 || (mark == kLeftOnError && why != kLeftOnError))) {
+    if (mark > why) {
       who = p;
       why = mark;
     }
@@ -245,8 +257,9 @@ Status ShmAllreduce::check_left(int r) const {
   return Status(watch_.lost_code(),
                 "process set " + std::to_string(watch_.set_id()) + ": shared memory: rank " +
                     std::to_string(who) + " of this host left the collective " +
-                    (why == kLeftOnError ? "after an error on its side (its log says which)"
-                                         : "when another rank failed") +
+                    (why == kLeftOnError  ? "after an error on its side (its log says which)"
+                     : why == kLeftClosed ? "and closed its shared memory (it shut down or reset)"
+                                          : "when another rank failed") +
                     ", while this rank waited for rank " + std::to_string(r));
 }
 

@@ -100,7 +100,10 @@ class ShmAllreduce {
   /// while this rank's process lives on (an elastic worker that reset, a rank reporting the
   /// error). Every error of this class's own collectives marks it; a caller whose host peers
   /// wait for a step of its own (hier's cross-host steps) marks it when that step fails. The
-  /// mark stays: the segment serves no collective after it.
+  /// mark stays: the segment serves no collective after it. The destructor leaves a mark too
+  /// (a rank that failed elsewhere, in the negotiation say, and reset): a peer that still
+  /// waits in a collective then fails it, and a peer's wait for a counter this rank set before
+  /// it left still succeeds.
   void leave();
   /// Whether rank `r` has left (leave()).
   bool has_left(int r) const;
@@ -156,9 +159,11 @@ class ShmAllreduce {
   /// OK unless some peer has left (leave()): then an error naming it, and `r`, the rank this
   /// rank waited for.
   Status check_left(int r) const;
-  /// The header's `left` marks: an error of the owner's own (leave()); the owner's wait failed
-  /// on another rank's mark or death.
-  static constexpr uint64_t kLeftOnError = 1, kLeftInWake = 2;
+  /// The header's `left` marks, the stronger one named first in the peers' errors: the owner's
+  /// wait failed on another rank's mark or death; the owner closed its segment (it shut down
+  /// or reset: ~ShmAllreduce); an error of the owner's own (leave()). A mark only grows.
+  static constexpr uint64_t kLeftInWake = 1, kLeftClosed = 2, kLeftOnError = 3;
+  void mark_left(uint64_t how);
   /// leave(), then `s` (an error): every error of a collective goes through here.
   Status fail(Status s) {
     leave();
