@@ -85,7 +85,7 @@ struct ShmAllreduce::Header {
   uint64_t self;    // this segment's address in the owner's address space (the probe)
   // The owner's GatherPaths::Costs (doubles, as bits), read by the peers for their votes.
   alignas(64) std::atomic<uint64_t> path_cost[sizeof(GatherPaths::Costs) / sizeof(double)];
-  // Non-zero once the owner has left the collectives after an error (leave()).
+  // Non-zero once the owner has left the collectives: kLeftInWake, kLeftClosed or kLeftOnError.
   alignas(64) std::atomic<uint64_t> left;
 };
 

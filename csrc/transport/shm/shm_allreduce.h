@@ -105,7 +105,7 @@ class ShmAllreduce {
   /// waits in a collective then fails it, and a peer's wait for a counter this rank set before
   /// it left still succeeds.
   void leave();
-  /// Whether rank `r` has left (leave()).
+  /// Whether rank `r` has left, by any of the marks (leave(), its destructor, a failed wait).
   bool has_left(int r) const;
 
   /// Reduces the concatenation of `segs` (all of `dtype`) across ranks, in place; then
@@ -164,7 +164,8 @@ class ShmAllreduce {
   /// or reset: ~ShmAllreduce); an error of the owner's own (leave()). A mark only grows.
   static constexpr uint64_t kLeftInWake = 1, kLeftClosed = 2, kLeftOnError = 3;
   void mark_left(uint64_t how);
-  /// leave(), then `s` (an error): every error of a collective goes through here.
+  /// leave(), then `s`: every error that starts on this rank (a deadline, a failed read).
+  /// A wait failed by another rank's mark or death marks kLeftInWake instead.
   Status fail(Status s) {
     leave();
     return s;
