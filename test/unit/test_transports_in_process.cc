@@ -143,6 +143,7 @@ void in_every_world(const Config& extra, uint64_t inproc_calls_shm, uint64_t inp
   for (const World& w : kWorlds) {
     Config c = config_for(w);
     c.fusion_threshold_bytes = extra.fusion_threshold_bytes;
+    c.test_shm_path = extra.test_shm_path;
     INFO(describe(w));
     InProcessSets sets(w.ranks, c, TransportMaker(shm_and_hier));
     const std::string err = on_ranks(w.ranks, [&](int rank) { body(rank, sets); });
@@ -272,6 +273,67 @@ TEST_CASE("transports in process: shm and hier allgather, broadcast, alltoall, r
                     for (int r = 0; r < n; ++r) s += r + (2000 * rank + i) % 97;
                     return average ? s / n : s;
                   }, average ? 1e-6 : 0);
+    }
+  });
+}
+
+TEST_CASE("transports in process: shm and hier allgather and alltoall of large results",
+          "[transports_in_process]") {
+  // Results of kStreamCopyMinBytes and more are written with non-temporal stores
+  // (kernels/host/stream_copy.h). The blocks have odd lengths, so they start and end off the
+  // 64-byte lines the streamed body fills; both gather ways (two copies, one) are forced.
+  const int way = GENERATE(1, 2);
+  Config extra;
+  extra.test_shm_path = way;
+  INFO((way == 1 ? "two copies" : "one copy"));
+  in_every_world(extra, 0, 0, [&](int rank, InProcessSets& sets) {
+    const int n = sets.size();
+    ProcessSetState& set = sets.set(rank);
+    // allgather: rank r contributes 2^19 + 7 r + 3 int32s (2 MiB and a few): the result has
+    // 4 MiB and more.
+    auto rows_of = [](int r) { return (int64_t{1} << 19) + 7 * r + 3; };
+    std::vector<int32_t> mine(static_cast<size_t>(rows_of(rank)));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = rank * 10000000 + static_cast<int32_t>(i);
+    auto hg = testing::submit(set, entry(rank, OpType::kAllgather, "big.ag", mine.data(),
+                                         DataType::kInt32, {rows_of(rank)}, nullptr));
+    // alltoall: 300000 + 5 d + rank rows of one float to rank d.
+    std::vector<int64_t> splits(static_cast<size_t>(n));
+    int64_t rows = 0;
+    for (int d = 0; d < n; ++d) rows += splits[static_cast<size_t>(d)] = 300000 + 5 * d + rank;
+    std::vector<float> a2a(static_cast<size_t>(rows));
+    for (size_t i = 0; i < a2a.size(); ++i) {
+      a2a[i] = static_cast<float>(rank * 4000000 + static_cast<int>(i));
+    }
+    Entry ea = entry(rank, OpType::kAlltoall, "big.a2a", a2a.data(), DataType::kFloat32, {rows},
+                     nullptr);
+    ea.request.splits = splits;
+    auto ha = testing::submit(set, std::move(ea));
+    await(hg);
+    await(ha);
+
+    const Tensor& g = hg->results().at(0);
+    int64_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      expect_each("allgather block of rank " + std::to_string(r), g.data_as<int32_t>() + at,
+                  rows_of(r), [&](int64_t i) { return r * 10000000 + i; });
+      at += rows_of(r);
+    }
+    if (g.numel() != at) {
+      throw std::runtime_error("allgather: " + std::to_string(g.numel()) + " elements");
+    }
+    // From rank r this rank gets r's rows for it: after the rows r sent to ranks below this one.
+    const Tensor& a = ha->results().at(0);
+    int64_t row = 0;
+    for (int r = 0; r < n; ++r) {
+      int64_t before = 0;
+      for (int d = 0; d < rank; ++d) before += 300000 + 5 * d + r;
+      expect_each("alltoall block from rank " + std::to_string(r), a.data_as<float>() + row,
+                  300000 + 5 * rank + r,
+                  [&](int64_t i) { return static_cast<float>(r * 4000000 + before + i); });
+      row += 300000 + 5 * rank + r;
+    }
+    if (a.numel() != row) {
+      throw std::runtime_error("alltoall: " + std::to_string(a.numel()) + " elements");
     }
   });
 }

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/host/stream_copy.h"
 #include "transport/shm/shm_allreduce.h"
 
 namespace hvd {
@@ -30,6 +31,18 @@ namespace {
 // Bytes of a block of `total` bytes in the round that starts at byte `lo`: up to `per`.
 inline int64_t piece(int64_t total, int64_t lo, int64_t per) {
   return std::max<int64_t>(0, std::min(per, total - lo));
+}
+
+// Copies `n` bytes into a collective's result: past the cache when the whole result has at
+// least kStreamCopyMinBytes (`result_bytes`), since its lines are cold and not read again soon
+// (kernels/host/stream_copy.h).
+inline void copy_out(unsigned char* dst, const unsigned char* src, int64_t n,
+                     int64_t result_bytes) {
+  if (result_bytes >= static_cast<int64_t>(kStreamCopyMinBytes)) {
+    stream_copy(dst, src, static_cast<size_t>(n));
+  } else {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+  }
 }
 
 std::vector<int64_t> displacements(const std::vector<int64_t>& bytes) {
@@ -129,7 +142,8 @@ Status ShmAllreduce::allgatherv(const void* in, void* out, const std::vector<int
   const int64_t mine = bytes[static_cast<size_t>(me)];
   return run_way(GatherPaths::kAllgather, longest * n, kGatherFactor, [&](bool single) {
     if (single) {
-      if (mine > 0) std::memcpy(dst + at[static_cast<size_t>(me)], src, static_cast<size_t>(mine));
+      const int64_t total = at.back() + bytes.back();
+      if (mine > 0) copy_out(dst + at[static_cast<size_t>(me)], src, mine, total);
       return read_round(in, mine, {}, bytes, dst, at);
     }
     return allgather_two(src, dst, bytes, at, longest);
@@ -142,6 +156,7 @@ Status ShmAllreduce::allgather_two(const unsigned char* src, unsigned char* dst,
   const int n = size_, me = rank_;
   const int64_t per = chunk_bytes_;
   const int64_t mine = bytes[static_cast<size_t>(me)];
+  const int64_t total = at.back() + bytes.back();
   for (int64_t lo = 0; lo < longest; lo += per) {
     const Round rd = next_round(std::min(per, longest - lo));
     const uint64_t s = rd.s;
@@ -150,13 +165,12 @@ Status ShmAllreduce::allgather_two(const unsigned char* src, unsigned char* dst,
     if (len > 0) std::memcpy(slot(me, rd), src + lo, static_cast<size_t>(len));
     signal(kPublished, s + 1);
     // My own block goes straight from the input, while the peers copy my piece.
-    if (len > 0)
-      std::memcpy(dst + at[static_cast<size_t>(me)] + lo, src + lo, static_cast<size_t>(len));
+    if (len > 0) copy_out(dst + at[static_cast<size_t>(me)] + lo, src + lo, len, total);
     for (int j = 0; j < n; ++j) {
       const int64_t lj = piece(bytes[static_cast<size_t>(j)], lo, per);
       if (j == me || lj == 0) continue;
       HVD_RETURN_IF_ERROR(wait_rank(j, kPublished, s + 1));
-      std::memcpy(dst + at[static_cast<size_t>(j)] + lo, slot(j, rd), static_cast<size_t>(lj));
+      copy_out(dst + at[static_cast<size_t>(j)] + lo, slot(j, rd), lj, total);
     }
     signal(kCollected, s + 1);
   }
@@ -172,7 +186,7 @@ Status ShmAllreduce::alltoallv(const void* in, const std::vector<int64_t>& send,
   const std::vector<int64_t> sat = displacements(send);
   const std::vector<int64_t> rat = displacements(recv);
   const size_t m = static_cast<size_t>(me);
-  if (send[m] > 0) std::memcpy(dst + rat[m], src + sat[m], static_cast<size_t>(send[m]));
+  if (send[m] > 0) copy_out(dst + rat[m], src + sat[m], send[m], rat.back() + recv.back());
   return run_way(GatherPaths::kAlltoall, longest * n, kGatherFactor, [&](bool single) {
     if (single) return read_round(in, sat.back() + send.back(), from, recv, dst, rat);
     return alltoall_two(src, send, sat, dst, recv, rat, longest);
@@ -189,6 +203,7 @@ Status ShmAllreduce::alltoall_two(const unsigned char* src, const std::vector<in
   int64_t per = chunk_bytes_ / n;
   per = per >= 64 ? per / 64 * 64 : std::max<int64_t>(1, per);
   const int64_t stride = std::min(per, (longest + 63) / 64 * 64);
+  const int64_t total = rat.back() + recv.back();
   for (int64_t lo = 0; lo < longest; lo += per) {
     const Round rd = next_round(n * stride);
     const uint64_t s = rd.s;
@@ -204,8 +219,7 @@ Status ShmAllreduce::alltoall_two(const unsigned char* src, const std::vector<in
       const int64_t len = piece(recv[static_cast<size_t>(j)], lo, per);
       if (j == me || len == 0) continue;
       HVD_RETURN_IF_ERROR(wait_rank(j, kPublished, s + 1));
-      std::memcpy(dst + rat[static_cast<size_t>(j)] + lo, slot(j, rd) + me * stride,
-                  static_cast<size_t>(len));
+      copy_out(dst + rat[static_cast<size_t>(j)] + lo, slot(j, rd) + me * stride, len, total);
     }
     signal(kCollected, s + 1);
   }
