@@ -64,8 +64,9 @@ bool has_cuda_support();
 TensorView view(const at::Tensor& tensor);
 
 /// A LibTorch tensor with the contents of `tensor` (e.g. the result of an allgather), on the
-/// same device: a copy on the CPU; for a CUDA result the same device memory, no copy (the
-/// torch tensor keeps `tensor`'s storage alive).
+/// same device, without a copy: it shares `tensor`'s memory (host or CUDA) and keeps it alive.
+/// Like any tensor made from foreign memory, its storage cannot be resized (resize_() to a
+/// larger size throws); clone() it for a tensor that owns its memory.
 at::Tensor to_torch(const Tensor& tensor);
 
 /// The key type of torch::optim::Optimizer::state(): std::string in LibTorch 1.x, void* (the

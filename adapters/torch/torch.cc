@@ -170,7 +170,13 @@ at::Tensor to_torch(const Tensor& tensor) {
 #endif
   }
   if (tensor.numel() == 0) return at::empty(sizes, opts);
-  return at::from_blob(const_cast<void*>(tensor.data()), sizes, opts).clone();
+  // No copy either: the torch tensor shares the result's memory and keeps it alive, as the
+  // Python adapter's tensors do (DLPack). A copy (clone()) of a 16 MiB result took 1.8 ms,
+  // 8.9 ms while the caller still held the previous one (fresh pages), against 2.5 ms for the
+  // 2-rank allgather that made it.
+  Tensor keep = tensor;
+  return at::from_blob(
+      const_cast<void*>(tensor.data()), sizes, [keep](void*) mutable { keep = Tensor(); }, opts);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -346,3 +346,30 @@ TEST_CASE("torch frozen parameters are not reduced or stepped", "[torch][hooks]"
   CHECK(::torch::equal(frozen.detach(), before));
   CHECK(identical_on_all_ranks(flat_params(*m), "torch.frozen.identical"));
 }
+
+TEST_CASE("torch to_torch: an allgather's result without a copy, alive after the library's tensor", "[torch][to_torch]") {
+  Session s;
+  const int r = hvd::rank(), n = hvd::size();
+  // Small (new[]) and large (the buffer cache, written past the cache) results; rank r
+  // contributes r + 2 rows of `cols` floats, row i of rank r holding 1000 r + i in every column.
+  for (const int64_t cols : {int64_t{3}, int64_t{1} << 18}) {
+    INFO("columns " << cols << ", rank " << r);
+    at::Tensor mine = at::empty({r + 2, cols}, at::kFloat);
+    for (int64_t i = 0; i < r + 2; ++i) mine[i].fill_(static_cast<float>(1000 * r + i));
+    hvd::Tensor result = hvd::allgather("to_torch." + std::to_string(cols), hvd::torch::view(mine));
+    at::Tensor got = hvd::torch::to_torch(result);
+    CHECK(got.data_ptr() == result.data());  // shared, not copied
+    result = hvd::Tensor();                  // the torch tensor alone keeps the memory now
+    int64_t rows = 0;
+    for (int q = 0; q < n; ++q) rows += q + 2;
+    REQUIRE(got.sizes() == at::IntArrayRef({rows, cols}));
+    at::Tensor want = at::empty({rows, cols}, at::kFloat);
+    int64_t row = 0;
+    for (int q = 0; q < n; ++q) {
+      for (int64_t i = 0; i < q + 2; ++i) want[row++].fill_(static_cast<float>(1000 * q + i));
+    }
+    CHECK(::torch::equal(got, want));
+    got.add_(1);  // writable, like any result
+    CHECK(::torch::equal(got, want + 1));
+  }
+}
