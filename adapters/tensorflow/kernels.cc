@@ -4,6 +4,7 @@
 // public C++ API (hvd::*_async) and returns; the completion thread (completion.h) finishes the
 // op and calls `done` once the handle completes, so no TensorFlow thread waits on a collective.
 // Inputs are kept alive by the continuation until the runtime is done with them.
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "attrs.h"
 #include "completion.h"
+#include "tensorflow/core/framework/allocation_description.pb.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -84,8 +86,43 @@ TensorShape tf_shape(const hvd::Shape& s) {
   return shape;
 }
 
-// Copies a library-allocated result into a new output `index` of its shape.
+// A TensorFlow buffer over a result the library allocated: the output tensor shares its memory
+// and keeps it alive. The copy it replaces doubled an eager 2-rank allgather of a 16 MiB
+// result (4.9-5.7 ms against 2.4-2.6 ms shared). Not TensorFlow's memory: OwnsMemory() false
+// keeps TensorFlow from handing it to another op as that op's output.
+class ResultBuffer : public tensorflow::TensorBuffer {
+ public:
+  explicit ResultBuffer(const hvd::Tensor& result)
+      : TensorBuffer(const_cast<void*>(result.data())), result_(result) {}
+  size_t size() const override { return static_cast<size_t>(result_.nbytes()); }
+  TensorBuffer* root_buffer() override { return this; }
+  void FillAllocationDescription(tensorflow::AllocationDescription* proto) const override {
+    proto->set_requested_bytes(static_cast<int64_t>(size()));
+    proto->set_allocated_bytes(static_cast<int64_t>(size()));
+    proto->set_allocator_name("horovod_cpp");
+  }
+  bool OwnsMemory() const override { return false; }
+
+ private:
+  const hvd::Tensor result_;
+};
+
+// Results from this size up become outputs without a copy where their memory is aligned as
+// TensorFlow's own (64 bytes: Eigen's aligned loads); the library's large results are page
+// aligned. Smaller ones are copied: cheaper than a buffer object.
+constexpr int64_t kShareMinBytes = 64 * 1024;
+constexpr uintptr_t kTfAlignment = 64;
+
+// Makes a library-allocated result output `index`: shared where it is large and aligned,
+// otherwise copied into a new output of its shape.
 absl::Status emit(OpKernelContext* ctx, int index, const hvd::Tensor& result) {
+  if (result.nbytes() >= kShareMinBytes &&
+      reinterpret_cast<uintptr_t>(result.data()) % kTfAlignment == 0) {
+    ctx->set_output(index, Tensor(ctx->expected_output_dtype(index), tf_shape(result.shape()),
+                                  tensorflow::core::RefCountPtr<tensorflow::TensorBuffer>(
+                                      new ResultBuffer(result))));
+    return absl::OkStatus();
+  }
   Tensor* out = nullptr;
   TF_RETURN_IF_ERROR(ctx->allocate_output(index, tf_shape(result.shape()), &out));
   if (result.nbytes() > 0) {

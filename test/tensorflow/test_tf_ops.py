@@ -239,3 +239,35 @@ def test_indexed_slices_are_gathered():
     for s in range(n):
         np.add.at(want, idx[s], vals[s])
     np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(), want / n, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_large_results_stay_intact_while_held(mode):
+    """Results of 64 KiB and more become outputs without a copy (the op's output shares the
+    library's buffer): each must keep its values while later collectives of the same sizes run
+    (their buffers must not be handed out again while TensorFlow holds them), and must work as
+    any tensor in later ops."""
+    n, r = hvd.size(), hvd.rank()
+    rows = 40000  # 40000 x 4 float32 per rank: an allgather result of n x 640 KB
+    held = []
+    for step in range(4):
+        vals = [rank_data(s, (rows + s, 4), np.float32, seed=20 + step) for s in range(n)]
+        gathered = run_mode(mode, hvd.allgather, tf.constant(vals[r]))
+        a2a_vals = [rank_data(s, (rows * n, 2), np.float32, seed=40 + step) for s in range(n)]
+        exchanged = run_mode(mode, hvd.alltoall, tf.constant(a2a_vals[r]))
+        rs_vals = [rank_data(s, (rows * n, 2), np.float64, seed=60 + step) for s in range(n)]
+        scattered = run_mode(mode, lambda t: hvd.reducescatter(t, op=hvd.Sum),
+                             tf.constant(rs_vals[r]))
+        held.append((vals, gathered, a2a_vals, exchanged, rs_vals, scattered))
+    for step, (vals, gathered, a2a_vals, exchanged, rs_vals, scattered) in enumerate(held):
+        np.testing.assert_array_equal(gathered.numpy(), np.concatenate(vals, 0),
+                                      err_msg=f"allgather of step {step}")
+        np.testing.assert_array_equal(
+            exchanged.numpy(), np.concatenate([v[r * rows:(r + 1) * rows] for v in a2a_vals], 0),
+            err_msg=f"alltoall of step {step}")
+        full = np.sum(rs_vals, 0)
+        np.testing.assert_allclose(scattered.numpy(), full[r * rows:(r + 1) * rows], rtol=1e-12,
+                                   err_msg=f"reducescatter of step {step}")
+        # Consumed by later ops like any tensor.
+        np.testing.assert_allclose((gathered * 2.0 + 1.0).numpy(),
+                                   np.concatenate(vals, 0) * 2.0 + 1.0, rtol=1e-6)
