@@ -15,6 +15,7 @@
 #include "attrs.h"
 #include "completion.h"
 #include "tensorflow/core/framework/allocation_description.pb.h"
+#include "tensorflow/core/framework/allocator.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -108,10 +109,11 @@ class ResultBuffer : public tensorflow::TensorBuffer {
 };
 
 // Results from this size up become outputs without a copy where their memory is aligned as
-// TensorFlow's own (64 bytes: Eigen's aligned loads); the library's large results are page
-// aligned. Smaller ones are copied: cheaper than a buffer object.
+// TensorFlow's allocators align theirs (Allocator::kAllocatorAlignment, 64 bytes in TF 2.21:
+// Eigen's aligned loads rely on it); the library's large results are page aligned. Smaller
+// ones are copied: cheaper than a buffer object.
 constexpr int64_t kShareMinBytes = 64 * 1024;
-constexpr uintptr_t kTfAlignment = 64;
+constexpr uintptr_t kTfAlignment = tensorflow::Allocator::kAllocatorAlignment;
 
 // Makes a library-allocated result output `index`: shared where it is large and aligned,
 // otherwise copied into a new output of its shape.
