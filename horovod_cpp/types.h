@@ -19,7 +19,11 @@ enum class DataType : uint8_t {
   kFloat32 = 7,
   kFloat64 = 8,
   kBool = 9,  ///< one byte per element, 0 or 1.
+  kUInt16 = 10,  ///< unsigned 16-bit integers (Horovod's HOROVOD_UINT16).
 };
+
+/// The largest DataType value (for range checks of values read from other ranks or files).
+constexpr DataType kLastDataType = DataType::kUInt16;
 
 /// Size in bytes of one element of `dtype`.
 std::size_t dtype_size(DataType dtype);

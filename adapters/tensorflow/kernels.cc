@@ -34,8 +34,8 @@ bool to_hvd_dtype(tensorflow::DataType t, hvd::DataType* out) {
     case tensorflow::DT_UINT8: *out = hvd::DataType::kUInt8; return true;
     case tensorflow::DT_INT8: *out = hvd::DataType::kInt8; return true;
     case tensorflow::DT_INT16: *out = hvd::DataType::kInt16; return true;
-    // Only the ops that move bytes accept uint16 (ops.cc), so it never reaches a reduction.
-    case tensorflow::DT_UINT16: *out = hvd::DataType::kInt16; return true;
+    // Only the ops that move bytes accept uint16 (ops.cc), as Horovod's.
+    case tensorflow::DT_UINT16: *out = hvd::DataType::kUInt16; return true;
     case tensorflow::DT_INT32: *out = hvd::DataType::kInt32; return true;
     case tensorflow::DT_INT64: *out = hvd::DataType::kInt64; return true;
     case tensorflow::DT_HALF: *out = hvd::DataType::kFloat16; return true;

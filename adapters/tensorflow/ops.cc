@@ -16,8 +16,8 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 #define HVD_TF_TYPES "{uint8, int8, int16, int32, int64, half, bfloat16, float, double, bool}"
-// The collectives that only move data take uint16 too, as Horovod's do (kernels.cc moves it as
-// int16, the same bytes).
+// The collectives that only move data take uint16 too, as Horovod's do (the runtime's uint16:
+// a rank passing int16 where another passes uint16 gets a dtype mismatch).
 #define HVD_TF_MOVE_TYPES \
   "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
 

@@ -117,8 +117,9 @@ static c10::ScalarType to_torch_dtype(DataType t) {
     case DataType::kFloat32: return c10::ScalarType::Float;
     case DataType::kFloat64: return c10::ScalarType::Double;
     case DataType::kBool: return c10::ScalarType::Bool;
+    case DataType::kUInt16: break;  // LibTorch 1.13 has no uint16
   }
-  throw InvalidArgumentError("horovod_cpp: unknown dtype");
+  throw InvalidArgumentError(std::string("horovod_cpp: no LibTorch dtype for ") + dtype_name(t));
 }
 
 TensorView view(const at::Tensor& t) {

@@ -51,7 +51,8 @@ void delete_owner(DLManagedTensor* self) { delete static_cast<Owner*>(self->mana
 DLDataType dl_dtype(hvd::DataType dt) {
   const uint8_t bits = static_cast<uint8_t>(hvd::dtype_size(dt) * 8);
   switch (dt) {
-    case hvd::DataType::kUInt8: return {1, bits, 1};
+    case hvd::DataType::kUInt8:
+    case hvd::DataType::kUInt16: return {1, bits, 1};
     case hvd::DataType::kInt8:
     case hvd::DataType::kInt16:
     case hvd::DataType::kInt32:

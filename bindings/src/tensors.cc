@@ -21,6 +21,7 @@ hvd::DataType numpy_dtype(const py::dtype& dt, const char* role) {
       break;
     case 'u':
       if (size == 1) return hvd::DataType::kUInt8;
+      if (size == 2) return hvd::DataType::kUInt16;
       break;
     case 'i':
       if (size == 1) return hvd::DataType::kInt8;
@@ -37,7 +38,7 @@ hvd::DataType numpy_dtype(const py::dtype& dt, const char* role) {
       break;
   }
   invalid(std::string(role) + ": unsupported numpy dtype " + dt.attr("name").cast<std::string>() +
-          " (supported: bool, uint8, int8, int16, int32, int64, float16, float32, float64)");
+          " (supported: bool, uint8, int8, uint16, int16, int32, int64, float16, float32, float64)");
 }
 
 /// The DataType of a torch dtype name; false for a dtype horovod_cpp does not support.
@@ -212,6 +213,7 @@ const char* numpy_format(hvd::DataType dt) {
     case hvd::DataType::kUInt8: return "uint8";
     case hvd::DataType::kInt8: return "int8";
     case hvd::DataType::kInt16: return "int16";
+    case hvd::DataType::kUInt16: return "uint16";
     case hvd::DataType::kInt32: return "int32";
     case hvd::DataType::kInt64: return "int64";
     case hvd::DataType::kFloat16: return "float16";

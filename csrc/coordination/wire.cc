@@ -82,7 +82,6 @@ bool read_device(Reader& r, Device* d) {
 // The last enumerator of each enum on the wire: a byte past it is a corrupt message. Update
 // these when an enumerator is added (the numeric values are part of the wire format).
 constexpr OpType kLastOpType = static_cast<OpType>(kMaxOpType);
-constexpr DataType kLastDataType = DataType::kBool;
 constexpr ReduceOp kLastReduceOp = ReduceOp::kAdasum;
 
 template <typename E>

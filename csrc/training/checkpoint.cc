@@ -160,7 +160,7 @@ void load_checkpoint(const std::string& path, const ParameterList& params, Optim
     uint32_t ndim = 0;
     get(f, dt, path);
     get(f, ndim, path);
-    if (dt > static_cast<uint8_t>(DataType::kBool) || ndim > 64) {
+    if (dt > static_cast<uint8_t>(kLastDataType) || ndim > 64) {
       throw std::runtime_error("load_checkpoint: '" + path + "' is malformed");
     }
     Entry e;

@@ -1,6 +1,7 @@
 // Copyright horovod_cpp authors. Allreduce under mpirun: every dtype x dims 1-3 x every op,
 // checked element by element against values each rank computes for all ranks itself.
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -132,6 +133,65 @@ TEST_CASE("allreduce: every dtype x dims 1-3 x every op, in place", "[allreduce]
 TEST_CASE("allreduce: every dtype x dims 1-3 x every op, out of place", "[allreduce]") {
   Session s;
   run_matrix(true, "outofplace");
+}
+
+namespace {
+
+// Sums of 8- and 16-bit integers that leave the type's range: they wrap like the type on every
+// path (Open MPI's vectorized MPI_SUM saturates them: mpi_context.cc); min and max of uint16
+// values past 32767 are unsigned.
+template <typename T>
+void check_small_int_sums(DataType d) {
+  const int n = hvd::size(), me = hvd::rank();
+  const int64_t count = 97;  // past any vector width
+  using Lim = std::numeric_limits<T>;
+  const int64_t lo = Lim::min(), span = static_cast<int64_t>(Lim::max()) - lo + 1;
+  // Values in the upper part of the range (and, for signed types, its bottom too), so that
+  // two ranks' sum overflows.
+  auto value = [&](int r, int64_t i) {
+    const int64_t k = (r * 7919 + i * 104729) % (span / 4);
+    return static_cast<T>(((r + i) % 3 == 0 && Lim::is_signed) ? lo + k : Lim::max() - k);
+  };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax}) {
+    std::vector<T> buf(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) buf[static_cast<size_t>(i)] = value(me, i);
+    hvd::AllreduceOptions o;
+    o.op = op;
+    const std::string name = std::string("wrap.") + hvd::dtype_name(d) + "." + hvd::reduce_op_name(op);
+    wait_ok(hvd::allreduce_async(name, hvd::TensorView(buf.data(), d, {count}), o));
+    int bad = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t sum = 0, mn = value(0, i), mx = value(0, i);
+      for (int r = 0; r < n; ++r) {
+        sum += value(r, i);
+        mn = std::min<int64_t>(mn, value(r, i));
+        mx = std::max<int64_t>(mx, value(r, i));
+      }
+      // Wrapped into the type (two's complement for the signed ones).
+      const T wrapped = static_cast<T>(static_cast<typename std::make_unsigned<T>::type>(
+          static_cast<uint64_t>(sum)));
+      int64_t want = wrapped;
+      if (op == ReduceOp::kAverage) want = static_cast<int64_t>(wrapped) / n;  // toward zero
+      if (op == ReduceOp::kMin) want = mn;
+      if (op == ReduceOp::kMax) want = mx;
+      const int64_t got = buf[static_cast<size_t>(i)];
+      if (got != want && bad++ < 3) {
+        FAIL_CHECK(name << "[" << i << "]: got " << got << ", expected " << want);
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: 8- and 16-bit sums wrap like the type; uint16 is unsigned",
+          "[allreduce]") {
+  Session s;
+  check_small_int_sums<int8_t>(DataType::kInt8);
+  check_small_int_sums<uint8_t>(DataType::kUInt8);
+  check_small_int_sums<int16_t>(DataType::kInt16);
+  check_small_int_sums<uint16_t>(DataType::kUInt16);
 }
 
 TEST_CASE("allreduce: fusion and cache disabled give the same results", "[allreduce]") {

@@ -55,6 +55,12 @@ TEST_CASE("mismatch: shape, dtype, op, scale, root, collective, allgather dims",
     return hvd::allreduce_async("dtype.t", hvd::TensorView(buf.data(), DataType::kFloat32, {8}));
   }, {"float64[8]", "float32[8]", "rank " + std::to_string(last)});
 
+  // The same bytes, told apart: uint16 is a dtype of its own, not int16's bits.
+  expect_mismatch("u16.t", [&] {
+    const DataType d = me == last ? DataType::kUInt16 : DataType::kInt16;
+    return hvd::broadcast_async("u16.t", hvd::TensorView(buf.data(), d, {8}), 0);
+  }, {"uint16[8]", "int16[8]", "rank " + std::to_string(last)});
+
   expect_mismatch("op.t", [&] {
     hvd::AllreduceOptions o;
     o.op = me == last ? ReduceOp::kMax : ReduceOp::kSum;

@@ -71,6 +71,7 @@ struct Buffer {
       case hvd::DataType::kUInt8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
       case hvd::DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
       case hvd::DataType::kInt16: *static_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
+      case hvd::DataType::kUInt16: *static_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
       case hvd::DataType::kInt32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
       case hvd::DataType::kInt64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
       case hvd::DataType::kFloat16: *static_cast<uint16_t*>(p) = hvd::float_to_fp16(static_cast<float>(v)); break;
@@ -86,6 +87,7 @@ struct Buffer {
       case hvd::DataType::kUInt8: return *static_cast<const uint8_t*>(p);
       case hvd::DataType::kInt8: return *static_cast<const int8_t*>(p);
       case hvd::DataType::kInt16: return *static_cast<const int16_t*>(p);
+      case hvd::DataType::kUInt16: return *static_cast<const uint16_t*>(p);
       case hvd::DataType::kInt32: return *static_cast<const int32_t*>(p);
       case hvd::DataType::kInt64: return static_cast<double>(*static_cast<const int64_t*>(p));
       case hvd::DataType::kFloat16: return hvd::fp16_to_float(*static_cast<const uint16_t*>(p));
@@ -103,12 +105,12 @@ inline const std::vector<hvd::DataType>& all_dtypes() {
       hvd::DataType::kUInt8,   hvd::DataType::kInt8,     hvd::DataType::kInt16,
       hvd::DataType::kInt32,   hvd::DataType::kInt64,    hvd::DataType::kFloat16,
       hvd::DataType::kBFloat16, hvd::DataType::kFloat32, hvd::DataType::kFloat64,
-      hvd::DataType::kBool};
+      hvd::DataType::kBool,    hvd::DataType::kUInt16};
   return v;
 }
 
 inline bool is_signed_dtype(hvd::DataType d) {
-  return d != hvd::DataType::kUInt8 && d != hvd::DataType::kBool;
+  return d != hvd::DataType::kUInt8 && d != hvd::DataType::kUInt16 && d != hvd::DataType::kBool;
 }
 
 }  // namespace hvdtest

@@ -44,6 +44,6 @@ def rank_data(r, shape, dtype, seed=0):
     if np.dtype(dtype) == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if np.issubdtype(np.dtype(dtype), np.integer):
-        lo, hi = (0, 4) if np.dtype(dtype) == np.uint8 else (-5, 6)
+        lo, hi = (0, 4) if np.dtype(dtype).kind == "u" else (-5, 6)
         return rng.integers(lo, hi, size=shape).astype(dtype)
     return rng.uniform(-2, 2, size=shape).astype(dtype)

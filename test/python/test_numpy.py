@@ -11,7 +11,7 @@ import horovod_cpp as hvd
 from conftest import rank_data
 
 FLOATS = [np.float16, np.float32, np.float64]
-INTS = [np.uint8, np.int8, np.int16, np.int32, np.int64]
+INTS = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64]
 
 
 def tol(dtype):
@@ -68,6 +68,28 @@ def test_allreduce_ops_dtypes(rank, size, dtype, op):
         np.testing.assert_array_equal(out.astype(np.float64), want.astype(dtype).astype(np.float64))
     else:
         np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol(dtype), atol=tol(dtype))
+
+
+def test_uint16_is_unsigned_and_small_int_sums_wrap(rank, size):
+    # uint16 values past int16's range: max and min compare them as unsigned; sums of 8- and
+    # 16-bit integers wrap like numpy's (on every path, MPI's included).
+    mine = (40000 + 997 * rank + np.arange(64) * 13).astype(np.uint16)
+    every = [(40000 + 997 * r + np.arange(64) * 13).astype(np.uint16) for r in range(size)]
+    got_max = hvd.allreduce(mine, op=hvd.Max, name="np.u16.max")
+    assert got_max.dtype == np.uint16
+    np.testing.assert_array_equal(got_max, np.max(every, axis=0))
+    np.testing.assert_array_equal(hvd.allreduce(mine, op=hvd.Min, name="np.u16.min"),
+                                  np.min(every, axis=0))
+    np.testing.assert_array_equal(hvd.allreduce(mine, op=hvd.Sum, name="np.u16.sum"),
+                                  np.sum(every, axis=0, dtype=np.uint16))
+    for dtype, base in ((np.int8, 100), (np.uint8, 200), (np.int16, 30000)):
+        x = np.full(64, base, dtype=dtype)
+        np.testing.assert_array_equal(
+            hvd.allreduce(x, op=hvd.Sum, name="np.wrap." + np.dtype(dtype).name),
+            np.sum([x] * size, axis=0, dtype=dtype))
+    gathered = hvd.allgather(mine, name="np.u16.gather")
+    assert gathered.dtype == np.uint16
+    np.testing.assert_array_equal(gathered, np.concatenate(every))
 
 
 def test_allreduce_product_and_bool(rank, size):
@@ -243,7 +265,7 @@ def test_local_misuse_is_value_error():
     with pytest.raises(ValueError):
         hvd.allreduce(np.zeros(3, dtype=np.complex64))
     with pytest.raises(ValueError):
-        hvd.allreduce(np.zeros(3, dtype=np.uint16))
+        hvd.allreduce(np.zeros(3, dtype=np.uint32))
     with pytest.raises(ValueError):
         hvd.allreduce_(np.zeros((4, 4))[:, 1])  # not contiguous
     ro = np.zeros(3)

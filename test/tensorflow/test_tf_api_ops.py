@@ -45,6 +45,21 @@ def test_uint16_allgather_broadcast_alltoall(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_uint16_against_int16_is_a_dtype_mismatch(mode):
+    """uint16 is a dtype of its own in the runtime: a rank passing int16 where the others pass
+    uint16 fails on every rank, naming both, and the next collective works."""
+    n, r = hvd.size(), hvd.rank()
+    dtype = tf.int16 if r == n - 1 else tf.uint16
+    with pytest.raises(tf.errors.FailedPreconditionError) as e:
+        run_mode(mode, lambda t: hvd.broadcast(t, 0, name="tf.u16.mismatch." + mode),
+                 tf.zeros([4], dtype))
+    msg = str(e.value)
+    assert "uint16" in msg and "int16[4]" in msg and "rank {}".format(n - 1) in msg
+    got = run_mode(mode, hvd.allgather, tf.constant(_u16(r, (2,), 9)))
+    np.testing.assert_array_equal(got.numpy(), np.concatenate([_u16(s, (2,), 9) for s in range(n)]))
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_grouped_allgather_mixed_dtypes_uneven_rows(mode):
     n, r = hvd.size(), hvd.rank()
     a = [rank_data(s, (s + 1, 2), np.float32, 3) for s in range(n)]

@@ -93,6 +93,7 @@ TEST_CASE("integer reductions", "[cpu_ops]") {
   check_int<uint8_t>(DataType::kUInt8, 0, 255);
   check_int<int8_t>(DataType::kInt8, -128, 127);
   check_int<int16_t>(DataType::kInt16, -32768, 32767);
+  check_int<uint16_t>(DataType::kUInt16, 0, 65535);  // min/max unsigned: 40000 > 100
   check_int<int32_t>(DataType::kInt32, -46000, 46000);
   check_int<int64_t>(DataType::kInt64, -3000000000LL, 3000000000LL);
 }
@@ -243,6 +244,9 @@ TEST_CASE("scale_buffer on integers: in double, truncated toward zero", "[cpu_op
   std::vector<int16_t> e = {-32768, 1000, -1};
   scale_buffer(e.data(), 3, DataType::kInt16, 2.5);
   CHECK(e == std::vector<int16_t>{-16384, 2500, -2});  // -81920 wraps to -16384
+  std::vector<uint16_t> u = {65535, 40000, 3};
+  scale_buffer(u.data(), 3, DataType::kUInt16, 0.5);
+  CHECK(u == std::vector<uint16_t>{32767, 20000, 1});
   uint8_t flags[2] = {1, 0};  // bool: never scaled (rejected at submission)
   scale_buffer(flags, 2, DataType::kBool, 3.0);
   CHECK(flags[0] == 1);
@@ -265,6 +269,9 @@ TEST_CASE("divide_integers truncates toward zero", "[cpu_ops]") {
   std::vector<int16_t> e = {-32768, 32767, -100};
   divide_integers(e.data(), 3, DataType::kInt16, 7);
   CHECK(e == std::vector<int16_t>{-4681, 4681, -14});
+  std::vector<uint16_t> u = {65535, 40000, 6};
+  divide_integers(u.data(), 3, DataType::kUInt16, 7);
+  CHECK(u == std::vector<uint16_t>{9362, 5714, 0});  // as unsigned, not as int16
   // Against trunc() on many values.
   std::mt19937 rng(14);
   std::vector<int32_t> r(1000);
@@ -283,7 +290,7 @@ TEST_CASE("reduce_to equals a copy then reduce_into, inputs untouched, every dty
   const DataType dtypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt16,
                              DataType::kInt32,   DataType::kInt64,   DataType::kFloat16,
                              DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                             DataType::kBool};
+                             DataType::kBool,    DataType::kUInt16};
   std::mt19937 rng(5);
   const int64_t n = 1031;  // not a multiple of any vector width nor of the half-type block
   for (DataType dt : dtypes) {

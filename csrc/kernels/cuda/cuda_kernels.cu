@@ -165,6 +165,7 @@ int divide_integers(void* buf, int64_t count, DataType dtype, int divisor, void*
     case DataType::kUInt8: divide_kernel<uint8_t><<<grid, kThreads, 0, s>>>(static_cast<uint8_t*>(buf), count, divisor); break;
     case DataType::kInt8: divide_kernel<int8_t><<<grid, kThreads, 0, s>>>(static_cast<int8_t*>(buf), count, divisor); break;
     case DataType::kInt16: divide_kernel<int16_t><<<grid, kThreads, 0, s>>>(static_cast<int16_t*>(buf), count, divisor); break;
+    case DataType::kUInt16: divide_kernel<uint16_t><<<grid, kThreads, 0, s>>>(static_cast<uint16_t*>(buf), count, divisor); break;
     case DataType::kInt32: divide_kernel<int32_t><<<grid, kThreads, 0, s>>>(static_cast<int32_t*>(buf), count, divisor); break;
     case DataType::kInt64: divide_kernel<long long><<<grid, kThreads, 0, s>>>(static_cast<long long*>(buf), count, divisor); break;
     default: return static_cast<int>(cudaErrorInvalidValue);

@@ -94,6 +94,7 @@ void reduce_to(void* out, const void* a, const void* b, int64_t n, DataType dtyp
     HVD_REDUCE_CASE(kUInt8, uint8_t)
     HVD_REDUCE_CASE(kInt8, int8_t)
     HVD_REDUCE_CASE(kInt16, int16_t)
+    HVD_REDUCE_CASE(kUInt16, uint16_t)
     HVD_REDUCE_CASE(kInt32, int32_t)
     HVD_REDUCE_CASE(kInt64, int64_t)
     HVD_REDUCE_CASE(kFloat32, float)
@@ -198,6 +199,7 @@ void scale_buffer(void* data, int64_t n, DataType dtype, double factor) {
     case DataType::kUInt8: scale_integers(static_cast<uint8_t*>(data), n, factor); break;
     case DataType::kInt8: scale_integers(static_cast<int8_t*>(data), n, factor); break;
     case DataType::kInt16: scale_integers(static_cast<int16_t*>(data), n, factor); break;
+    case DataType::kUInt16: scale_integers(static_cast<uint16_t*>(data), n, factor); break;
     case DataType::kInt32: scale_integers(static_cast<int32_t*>(data), n, factor); break;
     case DataType::kInt64: scale_integers(static_cast<int64_t*>(data), n, factor); break;
     case DataType::kBool:
@@ -217,6 +219,7 @@ void divide_integers(void* data, int64_t n, DataType dtype, int64_t divisor) {
     case DataType::kUInt8: divide_typed(static_cast<uint8_t*>(data), n, divisor); break;
     case DataType::kInt8: divide_typed(static_cast<int8_t*>(data), n, divisor); break;
     case DataType::kInt16: divide_typed(static_cast<int16_t*>(data), n, divisor); break;
+    case DataType::kUInt16: divide_typed(static_cast<uint16_t*>(data), n, divisor); break;
     case DataType::kInt32: divide_typed(static_cast<int32_t*>(data), n, divisor); break;
     case DataType::kInt64: divide_typed(static_cast<int64_t*>(data), n, divisor); break;
     default: break;

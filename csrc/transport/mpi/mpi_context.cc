@@ -27,17 +27,33 @@ void finalize_at_exit() {
 }
 
 template <DataType D, ReduceOp O>
-void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+void cpu_op(void* in, void* inout, int* len, MPI_Datatype*) {
   reduce_into(inout, in, *len, D, O);
+}
+
+// Open MPI 4.1's vectorized reductions (its op/avx component) saturate the sums of 8- and
+// 16-bit integers (open-mpi/ompi#8045, closed as "won't fix"): 200 + 200 in uint8 gives 255,
+// not 144, from 16 elements on. The library's integer sums wrap like the type on every other
+// path (the shm fold, Gloo, NCCL), and which path a call takes may change from call to call,
+// so these sums use an op of ours (cpu_ops' reduce_into). The other ops cannot overflow
+// (min, max) or already wrap (product).
+constexpr DataType kSmallInts[] = {DataType::kInt8, DataType::kUInt8, DataType::kInt16,
+                                   DataType::kUInt16};
+
+int small_int_index(DataType d) {
+  for (int i = 0; i < 4; ++i) {
+    if (kSmallInts[i] == d) return i;
+  }
+  return -1;
 }
 
 template <DataType D>
 void create_half_ops(MPI_Op* ops) {
-  MPI_Op_create(&half_op<D, ReduceOp::kSum>, 1, &ops[0]);
+  MPI_Op_create(&cpu_op<D, ReduceOp::kSum>, 1, &ops[0]);
   ops[1] = ops[0];  // average reduces as sum
-  MPI_Op_create(&half_op<D, ReduceOp::kMin>, 1, &ops[2]);
-  MPI_Op_create(&half_op<D, ReduceOp::kMax>, 1, &ops[3]);
-  MPI_Op_create(&half_op<D, ReduceOp::kProduct>, 1, &ops[4]);
+  MPI_Op_create(&cpu_op<D, ReduceOp::kMin>, 1, &ops[2]);
+  MPI_Op_create(&cpu_op<D, ReduceOp::kMax>, 1, &ops[3]);
+  MPI_Op_create(&cpu_op<D, ReduceOp::kProduct>, 1, &ops[4]);
 }
 
 }  // namespace
@@ -99,6 +115,10 @@ Status MpiContext::init(bool use_base, MPI_Fint base_f) {
 
   create_half_ops<DataType::kFloat16>(half_ops_[0]);
   create_half_ops<DataType::kBFloat16>(half_ops_[1]);
+  MPI_Op_create(&cpu_op<DataType::kInt8, ReduceOp::kSum>, 1, &wrap_sum_ops_[0]);
+  MPI_Op_create(&cpu_op<DataType::kUInt8, ReduceOp::kSum>, 1, &wrap_sum_ops_[1]);
+  MPI_Op_create(&cpu_op<DataType::kInt16, ReduceOp::kSum>, 1, &wrap_sum_ops_[2]);
+  MPI_Op_create(&cpu_op<DataType::kUInt16, ReduceOp::kSum>, 1, &wrap_sum_ops_[3]);
   ops_created_ = true;
   return Status::OK();
 }
@@ -132,6 +152,7 @@ void MpiContext::release() {
     for (auto& row : half_ops_) {
       for (int i : {0, 2, 3, 4}) MPI_Op_free(&row[i]);
     }
+    for (MPI_Op& op : wrap_sum_ops_) MPI_Op_free(&op);
     ops_created_ = false;
   }
 }
@@ -156,6 +177,7 @@ MPI_Datatype MpiContext::datatype(DataType dtype) {
     case DataType::kUInt8: return MPI_UINT8_T;
     case DataType::kInt8: return MPI_INT8_T;
     case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kUInt16: return MPI_UINT16_T;
     case DataType::kInt32: return MPI_INT32_T;
     case DataType::kInt64: return MPI_INT64_T;
     case DataType::kFloat16:
@@ -171,6 +193,9 @@ MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
   if (op == ReduceOp::kAdasum) return MPI_SUM;  // gathered, never reduced by MPI (CpuTransport)
   if (dtype == DataType::kFloat16) return half_ops_[0][static_cast<int>(op)];
   if (dtype == DataType::kBFloat16) return half_ops_[1][static_cast<int>(op)];
+  if ((op == ReduceOp::kSum || op == ReduceOp::kAverage) && small_int_index(dtype) >= 0) {
+    return wrap_sum_ops_[small_int_index(dtype)];
+  }
   if (dtype == DataType::kBool) {
     return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
   }

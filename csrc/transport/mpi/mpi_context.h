@@ -68,6 +68,7 @@ class MpiContext {
   Status find_cores_shared(MPI_Comm local);
 
   MPI_Op half_ops_[2][5] = {};  // [fp16, bf16][ReduceOp]
+  MPI_Op wrap_sum_ops_[4] = {};  // int8, uint8, int16, uint16 sums that wrap (mpi_context.cc)
   bool ops_created_ = false;
   bool cores_shared_ = true;
 };

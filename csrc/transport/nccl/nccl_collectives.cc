@@ -19,7 +19,8 @@ Status nccl_type(DataType d, ncclDataType_t* out, const std::string& ctx) {
     case DataType::kBFloat16: *out = ncclBfloat16; return Status::OK();
     case DataType::kFloat32: *out = ncclFloat32; return Status::OK();
     case DataType::kFloat64: *out = ncclFloat64; return Status::OK();
-    case DataType::kInt16: break;
+    case DataType::kInt16:
+    case DataType::kUInt16: break;
   }
   return Status::InvalidArgument(ctx + ": NCCL cannot reduce " + dtype_name(d) +
                                  " tensors; use int32 (or a CPU tensor)");

@@ -17,7 +17,7 @@ namespace {
 const DataType kTypes[] = {DataType::kUInt8,    DataType::kInt8,    DataType::kInt16,
                            DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
                            DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                           DataType::kBool};
+                           DataType::kBool,     DataType::kUInt16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                          ReduceOp::kProduct};
 
@@ -63,6 +63,9 @@ void put(DataType t, void* p, int64_t i, int64_t v) {
       break;
     case DataType::kInt16:
       static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v);
+      break;
+    case DataType::kUInt16:
+      static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
       break;
     case DataType::kInt32:
       static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
