@@ -76,7 +76,7 @@ class _PassAccumulator:
             count = counter.assign_add(1)
 
         def reduce_sums():
-            sums = [tf.identity(a.read_value()) for a in accs]
+            sums = [a.read_value() for a in accs]
             if self.average:
                 sums = [t / tf.cast(self.passes, t.dtype) for t in sums]
             full = [None] * len(grads)
@@ -90,7 +90,7 @@ class _PassAccumulator:
                 return [tf.identity(t) for t in out]
 
         def keep_sums():
-            return [tf.identity(a.read_value()) for a in accs]
+            return [a.read_value() for a in accs]
 
         with tf.control_dependencies([count]):
             chosen = tf.cond(count >= self.passes, reduce_sums, keep_sums)

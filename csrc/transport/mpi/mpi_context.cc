@@ -37,14 +37,15 @@ void cpu_op(void* in, void* inout, int* len, MPI_Datatype*) {
 // path (the shm fold, Gloo, NCCL), and which path a call takes may change from call to call,
 // so these sums use an op of ours (cpu_ops' reduce_into). The other ops cannot overflow
 // (min, max) or already wrap (product).
-constexpr DataType kSmallInts[] = {DataType::kInt8, DataType::kUInt8, DataType::kInt16,
-                                   DataType::kUInt16};
-
+// The index of `d` in MpiContext::wrap_sum_ops_, or -1.
 int small_int_index(DataType d) {
-  for (int i = 0; i < 4; ++i) {
-    if (kSmallInts[i] == d) return i;
+  switch (d) {
+    case DataType::kInt8: return 0;
+    case DataType::kUInt8: return 1;
+    case DataType::kInt16: return 2;
+    case DataType::kUInt16: return 3;
+    default: return -1;
   }
-  return -1;
 }
 
 template <DataType D>
@@ -193,8 +194,9 @@ MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
   if (op == ReduceOp::kAdasum) return MPI_SUM;  // gathered, never reduced by MPI (CpuTransport)
   if (dtype == DataType::kFloat16) return half_ops_[0][static_cast<int>(op)];
   if (dtype == DataType::kBFloat16) return half_ops_[1][static_cast<int>(op)];
-  if ((op == ReduceOp::kSum || op == ReduceOp::kAverage) && small_int_index(dtype) >= 0) {
-    return wrap_sum_ops_[small_int_index(dtype)];
+  if (op == ReduceOp::kSum || op == ReduceOp::kAverage) {
+    const int k = small_int_index(dtype);
+    if (k >= 0) return wrap_sum_ops_[k];
   }
   if (dtype == DataType::kBool) {
     return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
