@@ -51,6 +51,12 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
 
 
+def sycl_built():
+    """False: horovod_cpp has no SYCL (Intel GPU) path. Horovod's examples ask it to choose
+    between 'XPU' and 'GPU' devices."""
+    return False
+
+
 def size_op(process_set_id=0, name=None):
     """The number of ranks of the set, as a tensor."""
     import tensorflow as tf

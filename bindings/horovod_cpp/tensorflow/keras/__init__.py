@@ -7,13 +7,14 @@ horovod.keras / horovod.tensorflow.keras on Keras 3 with the TensorFlow backend.
 import keras
 
 from ..._basics import (Adasum, Average, HorovodInternalError, Max, Min, ProcessSet, Product,
-                        Sum, add_process_set, cross_rank, cross_size, global_process_set, init,
-                        is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                        mpi_threads_supported, nccl_built, rank, remove_process_set, shutdown,
-                        size, start_timeline, stop_timeline)
+                        Sum, add_process_set, ccl_built, cross_rank, cross_size, cuda_built,
+                        ddl_built, gloo_built, gloo_enabled, global_process_set, init,
+                        is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                        mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+                        rocm_built, shutdown, size, start_timeline, stop_timeline)
 from .. import (allgather, allgather_object, allreduce, alltoall, barrier, broadcast,
                 broadcast_object, grouped_allgather, grouped_allreduce, grouped_reducescatter,
-                join, reducescatter)
+                join, reducescatter, sycl_built)
 from ..compression import Compression
 from ..functions import broadcast_variables
 from . import callbacks, elastic
