@@ -24,3 +24,11 @@ from . import elastic
 from .elastic import HostsUpdatedInterrupt
 
 __version__ = "0.1.0"
+
+
+def run(func, *args, **kwargs):
+    """Horovod's `horovod.run`: launches a job that calls `func` on every rank and returns the
+    values in rank order; the arguments are those of `horovod_cpp.runner.run`
+    (runner/run_func.py, docs/running.md). The launcher is imported only when called."""
+    from .runner.run_func import run as run_job
+    return run_job(func, *args, **kwargs)

@@ -2,7 +2,8 @@
 # A real two-host run on one machine: `hvdrun -np 4 -H h1:2,h2:2` across two hosts made of
 # network namespaces (each with its own hostname and address, joined by a bridge), running
 # test/runner/job_check.py, which checks local/cross ranks, that ranks of one host share a
-# host name, and the values of allreduce/allgather/broadcast. hvdrun's pre-launch check
+# host name, and the values of allreduce/allgather/broadcast; then horovod_cpp.run on the same
+# hosts (run_func_hosts.py). hvdrun's pre-launch check
 # probes both hosts through the same launch path first.
 #
 #   sudo test/multihost/run_multihost.sh          (Open MPI over TCP between the hosts)
@@ -119,6 +120,13 @@ fi
 job "$tmp/out" "$PYTHON" test/runner/job_check.py --local-size 2 --cross-size 2; rc=$?
 if [ "$rc" != 0 ] || ! grep -q "JOB_CHECK OK size=4 hosts=\['h1', 'h2'\]" "$tmp/out"; then
   echo "$WHO: FAILED (exit $rc)"
+  exit 1
+fi
+# horovod_cpp.run (Horovod's horovod.run) from a Python driver, on the same hosts.
+timeout --kill-after=30 "$TIMEOUT_S" "$PYTHON" "$here/run_func_hosts.py" "$tmp/agent" \
+  "$PFX.0/24" "$MODE" 2>&1 | tee "$tmp/out.run_func"
+if [ "${PIPESTATUS[0]}" != 0 ] || ! grep -q "^RUN_FUNC OK" "$tmp/out.run_func"; then
+  echo "$WHO: FAILED (horovod_cpp.run across the hosts)"
   exit 1
 fi
 if [ "$MODE" = gloo ]; then

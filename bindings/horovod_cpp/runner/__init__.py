@@ -6,6 +6,9 @@ starts the workers and serves their rendezvous), taking Horovod's horovodrun fla
     hvdrun -np 2 ./build/examples/train_digits      # any command, C++ programs too
     python -m horovod_cpp.runner --check-build
 
+and `run(func, num_proc=N, ...)` (Horovod's horovod.run): the same launch from Python, calling
+a function on every rank and returning its values (run_func.py).
+
 See docs/running.md.
 """
 
@@ -15,6 +18,7 @@ import sys
 
 from . import (checks, cli, elastic_driver, gloo_launch, hosts as hostlib, launch, rendezvous,
                supervise)
+from .run_func import run  # Horovod's horovod.runner.run (also horovod_cpp.run)
 
 
 def resolve_hosts(args, env=None):

@@ -8,6 +8,7 @@ values; supervise.py runs what they build. The variables follow the Gloo contrac
 import fcntl
 import ipaddress
 import os
+import re
 import secrets
 import shlex
 import socket
@@ -211,9 +212,13 @@ def _route_address(host):
         return s.getsockname()[0]
 
 
+_SECRET_VALUE = re.compile(r"(\w*_SECRET)=\S+")
+
+
 def describe(place, cmd, secret):
-    """One --verbose/--dry-run line: where a worker goes and how, the secret left out."""
-    shown = [c.replace(secret, "<secret>") for c in cmd]
+    """One --verbose/--dry-run line: where a worker goes and how, the secret left out (and the
+    value of any other *_SECRET variable it carries, e.g. horovod_cpp.run's)."""
+    shown = [_SECRET_VALUE.sub(r"\1=<secret>", c.replace(secret, "<secret>")) for c in cmd]
     return (f"rank {place.rank} on {place.host} (local {place.local_rank}/{place.local_size}, "
             f"cross {place.cross_rank}/{place.cross_size}): "
             + " ".join(shlex.quote(c) for c in shown))

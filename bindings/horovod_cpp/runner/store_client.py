@@ -1,8 +1,10 @@
-"""A test-only Python client of the rendezvous store (the wire protocol of the Gloo contract).
+"""A Python client of the rendezvous store (rendezvous.py; the wire protocol of the Gloo
+contract, docs/running.md).
 
-The library's client is C++ (the Gloo World); this one lets the tests and their tiny worker
-programs speak to hvdrun's store without the compiled module. Standard library only: worker
-programs import it by path.
+The library's own client is C++ (the Gloo World). This one is what `horovod_cpp.run`'s workers
+use to fetch the function and hand back its value (run_func.py), and what the tests and their
+tiny worker programs use to speak to hvdrun's store. Standard library only, no import of the
+compiled module: test workers load it by path (test/runner/store_client.py).
 """
 
 import os
