@@ -11,7 +11,7 @@ from ._basics import (Adasum, Average, BackendError, HorovodInternalError, Horov
                       global_process_set, init, is_homogeneous, is_initialized, local_rank,
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                       rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
-                      stop_timeline)
+                      stop_timeline, sycl_built)
 from ._numpy_ops import (Handle, allgather, allgather_async, allreduce, allreduce_,
                          allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
                          broadcast, broadcast_, broadcast_async, broadcast_async_,

@@ -227,6 +227,12 @@ def rocm_built():
     return False
 
 
+def sycl_built():
+    """False: no SYCL (Intel GPU) path. Horovod's programs ask it to choose between 'XPU' and
+    'GPU' devices."""
+    return False
+
+
 # ---- timeline ----------------------------------------------------------------------------
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a Chrome-trace timeline to file_path (rank 0 writes the file; call it on

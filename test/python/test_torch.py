@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import horovod_cpp
 import horovod_cpp.torch as hvd
 from conftest import rank_data
 
@@ -233,6 +234,7 @@ def test_build_queries():
     assert hvd.mpi_built() and hvd.mpi_enabled() is (not on_gloo)
     assert isinstance(hvd.gloo_built(), bool) and hvd.gloo_enabled() is on_gloo
     assert not hvd.ddl_built() and not hvd.ccl_built() and not hvd.rocm_built()
+    assert hvd.sycl_built() is False and horovod_cpp.sycl_built() is False
     assert isinstance(hvd.nccl_built(), bool) and isinstance(hvd.cuda_built(), bool)
 
 

@@ -12,7 +12,7 @@ from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutErro
                        ddl_built, gloo_built, gloo_enabled, global_process_set, init,
                        is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                        mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
-                       rocm_built, shutdown, size, start_timeline, stop_timeline)
+                       rocm_built, shutdown, size, start_timeline, stop_timeline, sycl_built)
 from . import elastic
 from .compression import Compression
 from .elastic import HostsUpdatedInterrupt
@@ -49,12 +49,6 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         gradient_predivide_factor=gradient_predivide_factor,
         average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
         groups=groups, process_set=process_set, scale_local_gradients=scale_local_gradients)
-
-
-def sycl_built():
-    """False: horovod_cpp has no SYCL (Intel GPU) path. Horovod's examples ask it to choose
-    between 'XPU' and 'GPU' devices."""
-    return False
 
 
 def size_op(process_set_id=0, name=None):

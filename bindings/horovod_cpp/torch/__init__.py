@@ -9,7 +9,7 @@ from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutErro
                        ddl_built, gloo_built, gloo_enabled, global_process_set, init,
                        is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                        mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
-                       rocm_built, shutdown, size, start_timeline, stop_timeline)
+                       rocm_built, shutdown, size, start_timeline, stop_timeline, sycl_built)
 from . import elastic
 from .compression import Compression
 from .elastic import HostsUpdatedInterrupt
