@@ -113,6 +113,7 @@ def test_deprecated_np_name():
     (dict(hosts="localhost:2", hostfile="/nonexistent"), "hosts or hostfile"),
     (dict(use_gloo=True, use_mpi=True), "use_gloo and use_mpi"),
     (dict(num_proc=0), "num_proc"),
+    (dict(start_timeout="soon"), "hvdrun refused the settings"),
 ])
 def test_conflicting_arguments_fail_before_launch(kwargs, word):
     with pytest.raises(ValueError, match=word):

@@ -224,7 +224,11 @@ def run(func, args=(), kwargs=None, num_proc=1, min_num_proc=None, max_num_proc=
         command = [executable or sys.executable, "-m", "horovod_cpp.runner.run_task", address,
                    str(store.port)]
         with _environment(ENV_SECRET, secret):
-            rc = main(_argv(num_proc, hosts, hostfile, options) + command)
+            try:
+                rc = main(_argv(num_proc, hosts, hostfile, options) + command)
+            except SystemExit as e:  # argparse refused a setting (its message is printed)
+                raise ValueError(f"horovod_cpp.run: hvdrun refused the settings (exit status "
+                                 f"{e.code}; its message is above)") from None
         size, records = _collect(store, num_proc, elastic)
     finally:
         store.stop()
