@@ -172,7 +172,8 @@ def _launch_gloo(args, hosts, np_, source):
                 print("hvdrun: " + gloo_launch.describe(spec.place, spec.argv, secret),
                       file=sys.stderr)
         try:
-            return supervise.run(specs, args.tag_output, args.output_filename)
+            return supervise.run(specs, args.tag_output, args.output_filename,
+                                 timestamp=args.prefix_output_with_timestamp)
         except OSError as e:
             print(f"hvdrun: cannot start {args.command[0]!r}: {e.strerror}", file=sys.stderr)
             return 127

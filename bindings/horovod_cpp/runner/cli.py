@@ -1,6 +1,7 @@
 """hvdrun's command line: Horovod's horovodrun flags, as far as they apply to horovod_cpp."""
 
 import argparse
+import sys
 
 
 def _positive_int(text):
@@ -17,6 +18,30 @@ def _non_negative_float(text):
     return v
 
 
+def _non_negative_int(text):
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _int_up_to(most):
+    """An argparse type: an integer in [0, most] (the library's own bounds for the variable)."""
+    def check(text):
+        v = _non_negative_int(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}, got {v}")
+        return v
+    return check
+
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+
+#: The library's bounds for HOROVOD_AUTOTUNE_WARMUP_SAMPLES and _STEPS_PER_SAMPLE (config.cc).
+WARMUP_SAMPLES_MAX = 1000
+STEPS_PER_SAMPLE_MAX = 1000000
+
+
 def make_parser():
     p = argparse.ArgumentParser(
         prog="hvdrun",
@@ -30,6 +55,14 @@ def make_parser():
                    help="print horovod_cpp's version and exit")
     p.add_argument("-np", "--num-proc", dest="np", type=_positive_int,
                    help="number of processes (default: every slot of the hosts)")
+    p.add_argument("--config-file", dest="config_file", metavar="FILE",
+                   help="Horovod's YAML config file (params, autotune, timeline, stall_check, "
+                        "library_options, logging, controller); flags given on the command line "
+                        "win over it. Keys that have no effect here are named in a warning; keys "
+                        "Horovod does not know are refused (docs/running.md, Config file)")
+    p.add_argument("--disable-cache", dest="disable_cache", action="store_true",
+                   help="accepted for horovodrun's sake; no effect: hvdrun keeps no cache of its "
+                        "pre-launch checks, it runs them every time (see --skip-checks)")
     hosts = p.add_argument_group("hosts")
     hosts.add_argument("-H", "--hosts", dest="hosts",
                        help="host:slots,... e.g. a:4,b:4 (a host alone has one slot)")
@@ -101,26 +134,64 @@ def make_parser():
                       help="HOROVOD_AUTOTUNE=1: search fusion threshold and cycle time online")
     tune.add_argument("--autotune-log-file", dest="autotune_log_file",
                       help="HOROVOD_AUTOTUNE_LOG: CSV of every autotune trial")
+    tune.add_argument("--autotune-warmup-samples", dest="autotune_warmup_samples", metavar="N",
+                      type=_int_up_to(WARMUP_SAMPLES_MAX),
+                      help="HOROVOD_AUTOTUNE_WARMUP_SAMPLES: samples discarded after each change "
+                           "(default 1; used with --autotune)")
+    tune.add_argument("--autotune-steps-per-sample", dest="autotune_steps_per_sample", metavar="N",
+                      type=_int_up_to(STEPS_PER_SAMPLE_MAX),
+                      help="HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE: coordination cycles that moved "
+                           "allreduce data per sample (default 10; used with --autotune)")
+
+    stall = p.add_argument_group("stall check (rank 0 names tensors some ranks have not "
+                                 "submitted)")
+    stall.add_argument("--no-stall-check", dest="no_stall_check", action="store_true",
+                       help="HOROVOD_STALL_CHECK_DISABLE=1: no stall warnings")
+    stall.add_argument("--stall-check-warning-time-seconds",
+                       dest="stall_check_warning_time_seconds", metavar="S",
+                       type=_non_negative_float,
+                       help="HOROVOD_STALL_CHECK_TIME_SECONDS: seconds stalled before the warning "
+                            "(default 60)")
+    stall.add_argument("--stall-check-shutdown-time-seconds",
+                       dest="stall_check_shutdown_time_seconds", metavar="S",
+                       type=_non_negative_float,
+                       help="HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: seconds stalled before the job "
+                            "shuts down (default 0: never)")
 
     obs = p.add_argument_group("logging and output")
     obs.add_argument("--verbose", action="store_true",
                      help="print the checks and the exact mpirun command")
     obs.add_argument("--log-level", dest="log_level",
-                     choices=["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL",
-                              "trace", "debug", "info", "warning", "error", "fatal"],
+                     choices=list(LOG_LEVELS) + [x.lower() for x in LOG_LEVELS],
                      help="HOROVOD_LOG_LEVEL")
     obs.add_argument("--timeline-filename", dest="timeline_filename",
                      help="HOROVOD_TIMELINE: rank 0 writes a Chrome-trace timeline there")
+    obs.add_argument("--timeline-mark-cycles", dest="timeline_mark_cycles", action="store_true",
+                     help="HOROVOD_TIMELINE_MARK_CYCLES=1: a marker per coordination cycle on the "
+                          "timeline (used with --timeline-filename)")
     obs.add_argument("--no-tag-output", dest="tag_output", action="store_false",
                      help="do not prefix each output line with [job,rank]<stream>")
     obs.add_argument("--output-filename", dest="output_filename",
                      help="directory for each rank's stdout/stderr (mpirun --output-filename)")
+    obs.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp",
+                     dest="prefix_output_with_timestamp", action="store_true",
+                     help="begin each output line with the time it was printed (mpirun "
+                          "--timestamp-output; under --gloo hvdrun adds the same prefix)")
 
     other = p.add_argument_group("other")
     other.add_argument("-cb", "--check-build", dest="check_build", action="store_true",
                        help="print what this build supports and exit")
     other.add_argument("--mpi-args", dest="mpi_args", default="",
                        help="extra arguments for mpirun, in one quoted string")
+    other.add_argument("--binding-args", dest="binding_args", metavar="ARGS",
+                       help="mpirun's process placement and binding arguments, in one quoted "
+                            "string, instead of the default '--bind-to none --map-by slot' "
+                            "(e.g. --binding-args=\"--bind-to core --map-by socket\"); mpirun "
+                            "only")
+    other.add_argument("--tcp", dest="tcp", action="store_true",
+                       help="only TCP between processes: NCCL_IB_DISABLE=1 for the workers and, "
+                            "under mpirun, --mca pml ob1 --mca btl self,vader,tcp (Gloo already "
+                            "uses TCP only)")
     other.add_argument("--dry-run", dest="dry_run", action="store_true",
                        help="print the mpirun command and exit without running it")
     p.add_argument("command", nargs=argparse.REMAINDER,
@@ -133,6 +204,14 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if args.config_file:
+        from . import config_file  # PyYAML is needed only here
+        try:
+            data = config_file.load(args.config_file)
+            for warning in config_file.apply(args, data, args.config_file):
+                print(f"hvdrun: warning: {warning}", file=sys.stderr)
+        except config_file.ConfigError as e:
+            parser.error(str(e))
     if not (args.version or args.check_build) and not args.command:
         parser.error("no command to run (e.g. hvdrun -np 2 python train.py)")
     problem = elastic_problem(args)

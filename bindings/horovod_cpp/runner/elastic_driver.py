@@ -131,7 +131,8 @@ class Driver:
                              f"{self.rounds.generation}, {self.rounds.place_of(cmd.wid)})")
                 try:
                     self.procs[cmd.wid] = supervise.start(
-                        [self._spec(cmd)], self.args.tag_output, self.args.output_filename)[0]
+                        [self._spec(cmd)], self.args.tag_output, self.args.output_filename,
+                        self.args.prefix_output_with_timestamp)[0]
                 except OSError as e:
                     self.log(f"hvdrun: cannot start worker {cmd.wid}: {e.strerror}")
                     queue += self.rounds.exited(cmd.wid, 127, now)

@@ -15,7 +15,8 @@ FORWARD_PREFIXES = ("HOROVOD_", "CUDA_", "NCCL_", "NVIDIA_", "UCX_", "PYTORCH_",
 
 
 def settings_from_args(args):
-    """The HOROVOD_* variables the tuning/logging flags set, in a stable order."""
+    """The variables the tuning/stall/logging flags (and --tcp) set, in a stable order; every
+    launch path (mpirun's -x, Gloo and elastic workers' environments) passes the same ones."""
     out = {}
     if args.fusion_threshold_mb is not None:
         out["HOROVOD_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
@@ -29,10 +30,24 @@ def settings_from_args(args):
         out["HOROVOD_AUTOTUNE"] = "1"
     if args.autotune_log_file:
         out["HOROVOD_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
+    if args.autotune_warmup_samples is not None:
+        out["HOROVOD_AUTOTUNE_WARMUP_SAMPLES"] = str(args.autotune_warmup_samples)
+    if args.autotune_steps_per_sample is not None:
+        out["HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"] = str(args.autotune_steps_per_sample)
+    if args.no_stall_check:
+        out["HOROVOD_STALL_CHECK_DISABLE"] = "1"
+    if args.stall_check_warning_time_seconds is not None:
+        out["HOROVOD_STALL_CHECK_TIME_SECONDS"] = f"{args.stall_check_warning_time_seconds:g}"
+    if args.stall_check_shutdown_time_seconds is not None:
+        out["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = f"{args.stall_check_shutdown_time_seconds:g}"
     if args.log_level:
         out["HOROVOD_LOG_LEVEL"] = args.log_level.lower()
     if args.timeline_filename:
         out["HOROVOD_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.timeline_mark_cycles:
+        out["HOROVOD_TIMELINE_MARK_CYCLES"] = "1"
+    if args.tcp:  # as horovodrun --tcp: NCCL keeps off InfiniBand too
+        out["NCCL_IB_DISABLE"] = "1"
     return out
 
 
@@ -92,14 +107,23 @@ def build_command(args, hosts, env, mpirun="mpirun"):
 
     Defaults: ranks are placed slot by slot (--map-by slot) and not bound to cores
     (--bind-to none: each rank runs a background thread beside the training thread, as in
-    Horovod); every line is tagged with its rank; oversubscription only with --oversubscribe.
+    Horovod), both replaced by --binding-args when given; every line is tagged with its rank;
+    oversubscription only with --oversubscribe. --tcp restricts Open MPI to its TCP transport
+    between processes (pml ob1; btl self, vader for the same host, tcp).
     """
     np_ = args.np if args.np else hostlib.total_slots(hosts)
     settings = settings_from_args(args)
     cmd = [mpirun, "-np", str(np_)] + launch_args(args, hosts)
-    cmd += ["--bind-to", "none", "--map-by", "slot"]
+    if args.binding_args:
+        cmd += shlex.split(args.binding_args)
+    else:
+        cmd += ["--bind-to", "none", "--map-by", "slot"]
+    if args.tcp:
+        cmd += ["--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"]
     if args.tag_output:
         cmd.append("--tag-output")
+    if args.prefix_output_with_timestamp:
+        cmd.append("--timestamp-output")
     if args.oversubscribe:
         cmd.append("--oversubscribe")
     if args.output_filename:

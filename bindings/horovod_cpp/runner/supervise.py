@@ -3,9 +3,11 @@
 Each worker is a child process in a session of its own (so that it and whatever it starts can
 be signalled together): the program itself for a worker on this host, ssh (or the rsh agent)
 for a remote one. Their output is copied line by line, tagged `[1,<rank>]<stdout>:` as
-mpirun's --tag-output tags it. The first worker to fail ends the job: the others get SIGTERM,
-then SIGKILL after a grace period, and hvdrun exits with the failed worker's status. Ctrl-C
-and SIGTERM to hvdrun end every worker the same way.
+mpirun's --tag-output tags it (and, with --prefix-output-with-timestamp, preceded by the time
+as mpirun's --timestamp-output writes it: `Sun Nov 29 04:02:16 2026[1,0]<stdout>:`). The
+first worker to fail ends the job: the others get SIGTERM, then SIGKILL after a grace period,
+and hvdrun exits with the failed worker's status. Ctrl-C and SIGTERM to hvdrun end every
+worker the same way.
 """
 
 import ctypes
@@ -51,10 +53,19 @@ def _how(rc):
 class _Output:
     """Copies the workers' lines to hvdrun's stdout/stderr (tagged or not) or to files."""
 
-    def __init__(self, tag, folder):
+    def __init__(self, tag, folder, timestamp=False):
         self._tag = tag
         self._folder = folder
+        self._timestamp = timestamp
         self._lock = threading.Lock()
+
+    def _stamp(self, name, tagged):
+        """The time prefix of a line, as mpirun --timestamp-output writes it (C's ctime(), then
+        `<stream>:` when no rank tag follows: untagged output and the files of
+        --output-filename); empty without --prefix-output-with-timestamp."""
+        if not self._timestamp:
+            return b""
+        return (time.ctime() + ("" if tagged else f"<{name}>:")).encode()
 
     def pump(self, rank, name, stream):
         target = getattr(sys, name).buffer
@@ -69,11 +80,11 @@ class _Output:
                 if not line.endswith(b"\n"):
                     line += b"\n"
                 if sink:
-                    sink.write(line)
+                    sink.write(self._stamp(name, False) + line)
                     sink.flush()
                     continue
                 with self._lock:
-                    target.write(prefix + line)
+                    target.write(self._stamp(name, self._tag) + prefix + line)
                     target.flush()
         except (OSError, ValueError):
             pass  # our stdout closed, or the job is being torn down
@@ -106,10 +117,11 @@ def _parent_death_signal():
     return set_it
 
 
-def start(specs, tag_output=True, output_folder=None):
+def start(specs, tag_output=True, output_folder=None, timestamp=False):
     """Starts every worker; returns them. A worker that cannot be started at all (no such
-    program) raises OSError after the ones already started are killed."""
-    out = _Output(tag_output, output_folder)
+    program) raises OSError after the ones already started are killed. `timestamp`: each line
+    begins with the time it was copied (--prefix-output-with-timestamp)."""
+    out = _Output(tag_output, output_folder, timestamp)
     workers = []
     preexec = _parent_death_signal()
     try:
@@ -156,7 +168,8 @@ def stop(workers, signum=signal.SIGTERM, grace_s=GRACE_S):
             t.join(timeout=2.0)
 
 
-def run(specs, tag_output=True, output_folder=None, log=None, grace_s=GRACE_S):
+def run(specs, tag_output=True, output_folder=None, log=None, grace_s=GRACE_S,
+        timestamp=False):
     """Starts the workers and waits for the job; returns hvdrun's exit status.
 
     All workers exiting 0 is 0. The first non-zero exit ends the job (the rest are stopped)
@@ -172,7 +185,7 @@ def run(specs, tag_output=True, output_folder=None, log=None, grace_s=GRACE_S):
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        workers = start(specs, tag_output, output_folder)
+        workers = start(specs, tag_output, output_folder, timestamp)
         failed = None
         while not received:
             running = 0
