@@ -3,43 +3,8 @@
 import argparse
 import sys
 
-
-def _positive_int(text):
-    v = int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
-
-
-def _non_negative_float(text):
-    v = float(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _non_negative_int(text):
-    v = int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
-
-
-def _int_up_to(most):
-    """An argparse type: an integer in [0, most] (the library's own bounds for the variable)."""
-    def check(text):
-        v = _non_negative_int(text)
-        if v > most:
-            raise argparse.ArgumentTypeError(f"must be at most {most}, got {v}")
-        return v
-    return check
-
-
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
-
-#: The library's bounds for HOROVOD_AUTOTUNE_WARMUP_SAMPLES and _STEPS_PER_SAMPLE (config.cc).
-WARMUP_SAMPLES_MAX = 1000
-STEPS_PER_SAMPLE_MAX = 1000000
+from .arg_types import (LOG_LEVELS, STEPS_PER_SAMPLE_MAX, WARMUP_SAMPLES_MAX, int_up_to,
+                        non_negative_float, non_negative_int, positive_int)
 
 
 def make_parser():
@@ -53,7 +18,7 @@ def make_parser():
                "localhost with -np slots. See docs/running.md.")
     p.add_argument("-v", "--version", action="store_true",
                    help="print horovod_cpp's version and exit")
-    p.add_argument("-np", "--num-proc", dest="np", type=_positive_int,
+    p.add_argument("-np", "--num-proc", dest="np", type=positive_int,
                    help="number of processes (default: every slot of the hosts)")
     p.add_argument("--config-file", dest="config_file", metavar="FILE",
                    help="Horovod's YAML config file (params, autotune, timeline, stall_check, "
@@ -79,7 +44,7 @@ def make_parser():
                        help="interfaces or subnets (comma separated, e.g. eth0 or "
                             "10.0.0.0/24) used between hosts (Open MPI's TCP traffic; under "
                             "--gloo the store's address and HOROVOD_GLOO_IFACE)")
-    hosts.add_argument("--start-timeout", dest="start_timeout", type=_non_negative_float,
+    hosts.add_argument("--start-timeout", dest="start_timeout", type=non_negative_float,
                        default=30.0,
                        help="seconds allowed for each host's pre-launch check (default 30)")
     hosts.add_argument("--skip-checks", dest="skip_checks", action="store_true",
@@ -96,35 +61,35 @@ def make_parser():
     mode.add_argument("--mpi", dest="gloo", action="store_false",
                       help="run with mpirun (the default), also when HOROVOD_GLOO=1 is set")
     ctl.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds",
-                     type=_non_negative_float,
+                     type=non_negative_float,
                      help="HOROVOD_GLOO_TIMEOUT_SECONDS: how long the workers' rendezvous "
                           "may take (default 30)")
 
     el = p.add_argument_group("elastic (docs/running.md, Elastic jobs; implies --gloo)")
-    el.add_argument("--min-np", dest="min_np", type=_positive_int,
+    el.add_argument("--min-np", dest="min_np", type=positive_int,
                     help="fewest workers the job goes on with (default: -np, else 1); with "
                          "fewer it waits up to --elastic-timeout for hosts")
-    el.add_argument("--max-np", dest="max_np", type=_positive_int,
+    el.add_argument("--max-np", dest="max_np", type=positive_int,
                     help="most workers the job grows to (default: no bound)")
     el.add_argument("--host-discovery-script", dest="host_discovery_script",
                     help="executable printing the current hosts, one 'host:slots' or 'host' "
                          "per line; run every second")
-    el.add_argument("--slots", "--slots-per-host", dest="slots", type=_positive_int, default=1,
+    el.add_argument("--slots", "--slots-per-host", dest="slots", type=positive_int, default=1,
                     help="slots of a host the discovery script lists without any (default 1)")
     el.add_argument("--reset-limit", dest="reset_limit", type=int,
                     help="most membership changes (resets) the job may go through")
-    el.add_argument("--blacklist-cooldown-range", dest="cooldown", type=_non_negative_float,
+    el.add_argument("--blacklist-cooldown-range", dest="cooldown", type=non_negative_float,
                     nargs=2, metavar=("MIN", "MAX"),
                     help="a host whose worker failed comes back after MIN..MAX seconds, "
                          "doubling at each repeat (default: never)")
-    el.add_argument("--elastic-timeout", dest="elastic_timeout", type=_non_negative_float,
+    el.add_argument("--elastic-timeout", dest="elastic_timeout", type=non_negative_float,
                     default=600.0,
                     help="seconds to wait for --min-np workers before ending (default 600)")
 
     tune = p.add_argument_group("tuning (each sets the HOROVOD_* variable of the same meaning)")
     tune.add_argument("--fusion-threshold-mb", dest="fusion_threshold_mb",
-                      type=_non_negative_float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
-    tune.add_argument("--cycle-time-ms", dest="cycle_time_ms", type=_non_negative_float,
+                      type=non_negative_float, help="HOROVOD_FUSION_THRESHOLD, in MiB")
+    tune.add_argument("--cycle-time-ms", dest="cycle_time_ms", type=non_negative_float,
                       help="HOROVOD_CYCLE_TIME, in milliseconds")
     tune.add_argument("--cache-capacity", dest="cache_capacity", type=int,
                       help="HOROVOD_CACHE_CAPACITY (0 disables the response cache)")
@@ -135,11 +100,11 @@ def make_parser():
     tune.add_argument("--autotune-log-file", dest="autotune_log_file",
                       help="HOROVOD_AUTOTUNE_LOG: CSV of every autotune trial")
     tune.add_argument("--autotune-warmup-samples", dest="autotune_warmup_samples", metavar="N",
-                      type=_int_up_to(WARMUP_SAMPLES_MAX),
+                      type=int_up_to(WARMUP_SAMPLES_MAX),
                       help="HOROVOD_AUTOTUNE_WARMUP_SAMPLES: samples discarded after each change "
                            "(default 1; used with --autotune)")
     tune.add_argument("--autotune-steps-per-sample", dest="autotune_steps_per_sample", metavar="N",
-                      type=_int_up_to(STEPS_PER_SAMPLE_MAX),
+                      type=int_up_to(STEPS_PER_SAMPLE_MAX),
                       help="HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE: coordination cycles that moved "
                            "allreduce data per sample (default 10; used with --autotune)")
 
@@ -149,12 +114,12 @@ def make_parser():
                        help="HOROVOD_STALL_CHECK_DISABLE=1: no stall warnings")
     stall.add_argument("--stall-check-warning-time-seconds",
                        dest="stall_check_warning_time_seconds", metavar="S",
-                       type=_non_negative_float,
+                       type=non_negative_float,
                        help="HOROVOD_STALL_CHECK_TIME_SECONDS: seconds stalled before the warning "
                             "(default 60)")
     stall.add_argument("--stall-check-shutdown-time-seconds",
                        dest="stall_check_shutdown_time_seconds", metavar="S",
-                       type=_non_negative_float,
+                       type=non_negative_float,
                        help="HOROVOD_STALL_SHUTDOWN_TIME_SECONDS: seconds stalled before the job "
                             "shuts down (default 0: never)")
 

@@ -12,7 +12,7 @@ keys Horovod does not define either (a typo, another tool's setting) are refused
 
 import argparse
 
-from . import cli
+from . import arg_types
 
 
 class ConfigError(Exception):
@@ -30,32 +30,32 @@ def _text(value):
 
 
 def _log_level(value):
-    if not isinstance(value, str) or value.upper() not in cli.LOG_LEVELS:
+    if not isinstance(value, str) or value.upper() not in arg_types.LOG_LEVELS:
         raise argparse.ArgumentTypeError(
-            f"must be one of {', '.join(cli.LOG_LEVELS)}, got {value!r}")
+            f"must be one of {', '.join(arg_types.LOG_LEVELS)}, got {value!r}")
     return value.upper()
 
 
 #: (section, key) -> (hvdrun's args attribute, converter, or _BOOL for true/false). A
 #: converter takes a number's YAML value as text; `enabled` keys are handled in apply().
 KEYS = {
-    ("params", "fusion_threshold_mb"): ("fusion_threshold_mb", cli._non_negative_float),
-    ("params", "cycle_time_ms"): ("cycle_time_ms", cli._non_negative_float),
-    ("params", "cache_capacity"): ("cache_capacity", cli._non_negative_int),
+    ("params", "fusion_threshold_mb"): ("fusion_threshold_mb", arg_types.non_negative_float),
+    ("params", "cycle_time_ms"): ("cycle_time_ms", arg_types.non_negative_float),
+    ("params", "cache_capacity"): ("cache_capacity", arg_types.non_negative_int),
     ("params", "hierarchical_allreduce"): ("hierarchical_allreduce", _BOOL),
     ("autotune", "log_file"): ("autotune_log_file", _text),
     ("autotune", "warmup_samples"): ("autotune_warmup_samples",
-                                     cli._int_up_to(cli.WARMUP_SAMPLES_MAX)),
+                                     arg_types.int_up_to(arg_types.WARMUP_SAMPLES_MAX)),
     ("autotune", "steps_per_sample"): ("autotune_steps_per_sample",
-                                       cli._int_up_to(cli.STEPS_PER_SAMPLE_MAX)),
+                                       arg_types.int_up_to(arg_types.STEPS_PER_SAMPLE_MAX)),
     ("timeline", "filename"): ("timeline_filename", _text),
     ("timeline", "mark_cycles"): ("timeline_mark_cycles", _BOOL),
     ("stall_check", "warning_time_seconds"): ("stall_check_warning_time_seconds",
-                                              cli._non_negative_float),
+                                              arg_types.non_negative_float),
     ("stall_check", "shutdown_time_seconds"): ("stall_check_shutdown_time_seconds",
-                                               cli._non_negative_float),
+                                               arg_types.non_negative_float),
     ("library_options", "gloo_timeout_seconds"): ("gloo_timeout_seconds",
-                                                  cli._non_negative_float),
+                                                  arg_types.non_negative_float),
     ("logging", "level"): ("log_level", _log_level),
 }
 
