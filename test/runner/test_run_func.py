@@ -7,6 +7,7 @@ Run outside mpirun (run() starts the job itself): python -m pytest test/runner
 """
 
 import os
+import signal
 import sys
 import warnings
 
@@ -22,12 +23,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 import run_func_jobs as jobs  # noqa: E402  (test/runner is on sys.path under pytest)
 
 
+#: No test here may wait longer than this for its job (run() itself has no timeout).
+TEST_LIMIT_S = 240
+
+
+def _too_long(signum, frame):
+    raise TimeoutError(f"horovod_cpp.run did not return within {TEST_LIMIT_S} s")
+
+
 @pytest.fixture(autouse=True)
 def workers_import_jobs(monkeypatch):
-    """The workers import run_func_jobs by name, so this folder goes on their PYTHONPATH."""
+    """The workers import run_func_jobs by name, so this folder goes on their PYTHONPATH. A
+    collective some rank never reaches ends the job (the library's stall shutdown), and the
+    test fails instead of hanging if the job still does not end."""
     path = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", HERE + (os.pathsep + path if path else ""))
     monkeypatch.setenv("HOROVOD_GLOO_TIMEOUT_SECONDS", "60")
+    monkeypatch.setenv("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "60")
+    previous = signal.signal(signal.SIGALRM, _too_long)
+    signal.alarm(TEST_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def expected_sum(size, n):
