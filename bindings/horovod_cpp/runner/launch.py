@@ -140,7 +140,8 @@ def build_command(args, hosts, env, mpirun="mpirun"):
 def run(cmd, verbose=False):
     """Runs mpirun in the foreground and returns the job's exit status.
 
-    Ctrl-C and SIGTERM are passed on to mpirun (which stops every rank); a job killed by a
+    Ctrl-C and SIGTERM are passed on to mpirun (which stops every rank); an exception raised
+    while waiting (a caller's time limit) ends the job before it propagates; a job killed by a
     signal returns 128 + the signal number, as shells do.
     """
     if verbose:
@@ -158,6 +159,16 @@ def run(cmd, verbose=False):
     old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         rc = proc.wait()
+    except BaseException:
+        # The caller gave up inside the wait (horovod_cpp.run under a time limit, say): the job
+        # must not outlive it. mpirun stops every rank on SIGTERM.
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
     finally:
         for s, h in old.items():
             signal.signal(s, h)
