@@ -123,6 +123,11 @@ def init(comm=None, process_sets=None):
     elif isinstance(process_sets, str) and process_sets != "dynamic":
         raise ValueError(f"init(process_sets={process_sets!r}): expected a list of process "
                          "sets or 'dynamic'")
+    if fortran is None:
+        # Started by torchrun (or another env:// launcher): the job runs on the Gloo
+        # controller, its variables set here from torch's.
+        from . import _torchrun
+        _torchrun.adopt()
     for ps in sets:
         ps._resolve_comm()
     _check_distinct([ps.ranks for ps in sets])
