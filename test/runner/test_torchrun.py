@@ -1,0 +1,198 @@
+"""Jobs started by torchrun (and by torch's plain env:// variables), run for real on this host:
+every collective checked on every rank, the local and cross places from torchrun's node
+layout or the host names, init_process_group before and after hvd.init(), a failing rank
+ending the job, a restarted attempt, and the digits training to 95% with identical weights.
+
+Run outside mpirun: python -m pytest test/runner/test_torchrun.py
+"""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from horovod_cpp import _torchrun
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+WORKER = os.path.join(HERE, "torchrun_worker.py")
+
+torch = pytest.importorskip("torch")
+import horovod_cpp  # noqa: E402
+
+needs_gloo = pytest.mark.skipif(not horovod_cpp.gloo_built(), reason="built without Gloo")
+
+#: No job here may take longer.
+LIMIT_S = 240
+
+
+def _torchrun_cmd(*args):
+    # Debian's torch 1.13 on Python 3.11 cannot parse torchrun's default "--redirects 0" /
+    # "--tee 0" (Python 3.11's IntFlag no longer lists the zero member): name them.
+    return [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+            "--monitor_interval", "0.5", *args]
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMI", "HOROVOD_")) and
+           k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")}
+    env["HOROVOD_GLOO_TIMEOUT_SECONDS"] = "60"
+    env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = "60"
+    return env
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(cmd, env=None):
+    p = subprocess.run(cmd, env=env or _env(), capture_output=True, text=True, timeout=LIMIT_S,
+                       cwd=ROOT)
+    return p.returncode, p.stdout + p.stderr
+
+
+def _oks(out_dir, attempt="0"):
+    return sorted(int(f.split(".")[2]) for f in os.listdir(out_dir)
+                  if f.startswith(f"ok.{attempt}."))
+
+
+# ---- without a job: who is taken for a torchrun job, and the places ----------------------
+
+TORCH_VARS = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "29500"}
+
+
+def test_wanted_only_for_torchs_variables():
+    assert _torchrun.wanted(TORCH_VARS)
+    assert not _torchrun.wanted({})
+    assert not _torchrun.wanted({k: v for k, v in TORCH_VARS.items() if k != "MASTER_PORT"})
+    for other in ("OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK",
+                  "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_CPP_WORKER_ID"):
+        assert not _torchrun.wanted({**TORCH_VARS, other: "2"}), other
+    assert not _torchrun.wanted({**TORCH_VARS, "HOROVOD_CPP_TORCHRUN": "0"})
+
+
+def test_place_from_torchruns_nodes():
+    env = {**TORCH_VARS, "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+           "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    p = _torchrun._place(env)
+    assert (p["HOROVOD_RANK"], p["HOROVOD_SIZE"], p["HOROVOD_LOCAL_RANK"],
+            p["HOROVOD_LOCAL_SIZE"], p["HOROVOD_CROSS_RANK"], p["HOROVOD_CROSS_SIZE"]) == \
+        ("3", "4", "1", "2", "1", "2")
+    assert p["HOROVOD_HOSTNAME"].endswith("/node1")
+    # Nodes that do not multiply up to the world: the host names decide (in adopt()).
+    p = _torchrun._place({**env, "GROUP_WORLD_SIZE": "3", "GROUP_RANK": "2"})
+    assert "HOROVOD_LOCAL_RANK" not in p
+
+
+@pytest.mark.parametrize("name,value", [("RANK", "2"), ("RANK", "-1"), ("WORLD_SIZE", "0"),
+                                        ("WORLD_SIZE", "two"), ("LOCAL_RANK", "2")])
+def test_bad_values_name_the_variable(name, value):
+    env = {**TORCH_VARS, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
+           "GROUP_WORLD_SIZE": "1", name: value}
+    with pytest.raises(ValueError, match=f"{name}='{value}'"):
+        _torchrun._place(env)
+
+
+def test_layout_from_host_names():
+    assert _torchrun.layout(["a", "a", "b", "b"]) == \
+        [(0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
+    # Uneven hosts: local rank 1 exists on host a only.
+    assert _torchrun.layout(["a", "b", "a"]) == [(0, 2, 0, 2), (0, 1, 1, 2), (1, 2, 0, 1)]
+    assert _torchrun.layout(["x"]) == [(0, 1, 0, 1)]
+
+
+# ---- real jobs --------------------------------------------------------------------------
+
+@needs_gloo
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_torchrun_agent_store(tmp_path, np_):
+    """torchrun's default (static) rendezvous: the workers use the agent's store."""
+    rc, out = _run(_torchrun_cmd("--nproc_per_node", str(np_), WORKER, "check", str(tmp_path)))
+    assert rc == 0, out
+    assert _oks(tmp_path) == list(range(np_)), out
+
+
+@needs_gloo
+@pytest.mark.parametrize("np_", [2, 3])
+def test_torchrun_standalone(tmp_path, np_):
+    """--standalone (c10d rendezvous): worker rank 0 serves the job's torch store."""
+    rc, out = _run(_torchrun_cmd("--standalone", "--nproc_per_node", str(np_), WORKER, "check",
+                                 str(tmp_path)))
+    assert rc == 0, out
+    assert _oks(tmp_path) == list(range(np_)), out
+
+
+@needs_gloo
+def test_torchrun_two_nodes(tmp_path):
+    """Two torchrun agents (nodes) of 2 workers each: local and cross places from the nodes."""
+    port = _free_port()
+    procs = [subprocess.Popen(
+        _torchrun_cmd("--nnodes", "2", "--node_rank", str(node), "--master_addr", "127.0.0.1",
+                      "--master_port", str(port), "--nproc_per_node", "2", WORKER, "check",
+                      str(tmp_path)),
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        for node in (0, 1)]
+    outs = [p.communicate(timeout=LIMIT_S)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert _oks(tmp_path) == [0, 1, 2, 3], outs
+
+
+@needs_gloo
+@pytest.mark.parametrize("np_", [2, 3])
+def test_plain_env_variables(tmp_path, np_):
+    """RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by hand (as Kubeflow's PyTorchJob does),
+    no LOCAL_*: the local places come from the host names."""
+    port = str(_free_port())
+    procs = []
+    for r in range(np_):
+        env = {**_env(), "RANK": str(r), "WORLD_SIZE": str(np_), "MASTER_ADDR": "localhost",
+               "MASTER_PORT": port}
+        procs.append(subprocess.Popen([sys.executable, WORKER, "check", str(tmp_path)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, cwd=ROOT))
+    outs = [p.communicate(timeout=LIMIT_S)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * np_, outs
+    assert _oks(tmp_path) == list(range(np_)), outs
+
+
+@needs_gloo
+@pytest.mark.parametrize("rdzv", ["static", "standalone"])
+@pytest.mark.parametrize("mode", ["pg_before", "pg_after"])
+def test_with_torch_process_group(tmp_path, mode, rdzv):
+    """torch.distributed.init_process_group before or after hvd.init(): both work, the same sums."""
+    extra = ["--standalone"] if rdzv == "standalone" else []
+    rc, out = _run(_torchrun_cmd(*extra, "--nproc_per_node", "2", WORKER, mode, str(tmp_path)))
+    assert rc == 0, out
+    assert _oks(tmp_path) == [0, 1], out
+
+
+@needs_gloo
+def test_a_failing_rank_ends_the_job(tmp_path):
+    rc, out = _run(_torchrun_cmd("--nproc_per_node", "3", WORKER, "fail", str(tmp_path)))
+    assert rc != 0, out
+    assert "exitcode  : 3" in out or "exitcode: 3" in out.replace(" ", ""), out
+
+
+@needs_gloo
+def test_restarted_attempt_joins_afresh(tmp_path):
+    """Rank 1 of the first attempt exits after init; torchrun restarts every worker, and the
+    new attempt finds its own store (not the first attempt's address)."""
+    rc, out = _run(_torchrun_cmd("--max_restarts", "1", "--nproc_per_node", "2", WORKER,
+                                 "restart", str(tmp_path)))
+    assert rc == 0, out
+    assert _oks(tmp_path, "0") == [] and _oks(tmp_path, "1") == [0, 1], out
+
+
+@needs_gloo
+def test_digits_training_under_torchrun():
+    """The digits example, unchanged, under torchrun: 95% and identical weights on every rank."""
+    rc, out = _run(_torchrun_cmd("--nproc_per_node", "2",
+                                 os.path.join(ROOT, "examples", "python", "train_digits.py"),
+                                 "--epochs", "20", "--min-accuracy", "0.95"))
+    assert rc == 0, out
+    assert "final test accuracy" in out, out

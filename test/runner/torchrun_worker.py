@@ -1,0 +1,94 @@
+"""A worker started by torchrun (or by a test setting torch's env:// variables itself).
+
+    torchrun ... torchrun_worker.py MODE OUT_DIR
+
+MODE: check (every collective's result checked against what this rank computes on its own),
+pg_before / pg_after (torch.distributed.init_process_group before / after hvd.init(), the
+same sums from both), fail (rank 1 exits with 3 after the first collective), restart (rank 1
+of the first attempt exits with 3 after init; the next attempt runs `check`). Each rank that
+gets through writes OUT_DIR/ok.<attempt>.<rank>.
+"""
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+import horovod_cpp.torch as hvd
+
+
+def expected_place():
+    """(local_rank, local_size, cross_rank, cross_size) this rank must get."""
+    if os.environ.get("LOCAL_WORLD_SIZE"):
+        size = int(os.environ["WORLD_SIZE"])
+        local_size = int(os.environ["LOCAL_WORLD_SIZE"])
+        return (int(os.environ["LOCAL_RANK"]), local_size, int(os.environ["GROUP_RANK"]),
+                size // local_size)
+    # Plain env:// on this one host: every rank local, ordered by rank.
+    return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 0, 1)
+
+
+def check_collectives(tag):
+    r, n = hvd.rank(), hvd.size()
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        x = (torch.arange(1000) * (r + 1) + r).to(dtype)
+        got = hvd.allreduce(x, op=hvd.Sum, name=f"{tag}.sum.{dtype}")
+        want = (torch.arange(1000) * (n * (n + 1) // 2) + n * (n - 1) // 2).to(dtype)
+        assert torch.equal(got, want), (tag, dtype, got[:5], want[:5])
+    # Uneven first dimensions: rank k gives k+1 rows of value 10k + column.
+    mine = torch.arange(3, dtype=torch.float32).repeat(r + 1, 1) + 10 * r
+    got = hvd.allgather(mine, name=f"{tag}.gather")
+    want = torch.cat([torch.arange(3, dtype=torch.float32).repeat(k + 1, 1) + 10 * k
+                      for k in range(n)])
+    assert torch.equal(got, want), (tag, got, want)
+    root = n - 1
+    b = torch.full((257,), float(r))
+    got = hvd.broadcast(b, root_rank=root, name=f"{tag}.bcast")
+    assert torch.equal(got, torch.full((257,), float(root))), (tag, got[:4])
+    # A process set after init reaches the rendezvous store again (its own Gloo group).
+    evens = hvd.add_process_set(list(range(0, n, 2)))
+    if r % 2 == 0:
+        got = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum, process_set=evens,
+                            name=f"{tag}.evens")
+        assert got.item() == float(sum(range(0, n, 2))), (tag, got)
+    hvd.remove_process_set(evens)
+
+
+def main():
+    mode, out = sys.argv[1], sys.argv[2]
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if mode == "pg_before":
+        torch.distributed.init_process_group("gloo")
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    assert (r, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), (r, n)
+    place = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+    assert place == expected_place(), (place, expected_place())
+    if mode == "restart" and attempt == "0" and r == 1:
+        sys.exit(3)
+    if mode == "fail":
+        hvd.allreduce(torch.ones(4), name="before")
+        if r == 1:
+            sys.exit(3)
+        hvd.allreduce(torch.ones(4), name="never")  # rank 1 never comes
+        return
+    check_collectives("first")
+    if mode == "pg_after":
+        torch.distributed.init_process_group("gloo")
+    if mode in ("pg_before", "pg_after"):
+        x = torch.arange(5, dtype=torch.float32) + r
+        y = x.clone()
+        torch.distributed.all_reduce(y)
+        assert torch.equal(hvd.allreduce(x, op=hvd.Sum, name="pg"), y)
+    # A second init in the same process reuses the variables and rank 0's store.
+    hvd.shutdown()
+    hvd.init()
+    check_collectives("again")
+    hvd.shutdown()
+    with open(os.path.join(out, f"ok.{attempt}.{r}"), "w") as f:
+        f.write(repr(place))
+
+
+if __name__ == "__main__":
+    main()
