@@ -1,5 +1,6 @@
 """A training step as a PyTorch user runs it: DistributedDataParallel against
-horovod_cpp.torch.DistributedOptimizer, and the same step with no exchange (the floor).
+horovod_cpp.torch.DistributedOptimizer and horovod_cpp.torch.DistributedDataParallel, and the
+same step with no exchange (the floor).
 
     mpirun -np 2 python examples/benchmark/ddp_vs_hvd.py [--shapes one,small,resnet50]
     mpirun -np 2 python examples/benchmark/ddp_vs_hvd.py --smoke     # CI: correctness only
@@ -12,9 +13,10 @@ zero_grad, loss = sum over the parameters of (p * c).sum(), backward, SGD step. 
   resnet50  ResNet-50's 161 parameter shapes (resnet50_shapes.txt, 97.5 MiB).
 DDP is torch.distributed with gloo (its defaults: 25 MiB buckets) over loopback; its rendezvous
 port is chosen by rank 0 and sent to the others through horovod_cpp. The variants take turns,
-one step each, for --steps turns after --warmup; a step's time is the slowest rank's. Printed:
-each variant's median step, each exchange (the median over turns of the step's time minus the
-floor's in the same turn) and the ratio of the two exchanges.
+one step each, for --steps turns after --warmup; a step's time is the slowest rank's. Variants:
+floor, ddp (torch's), hvd (DistributedOptimizer), hvd_ddp (horovod_cpp's DDP wrapper around
+torch's SGD). Printed: each variant's median step, each exchange (the median over turns of the
+step's time minus the floor's in the same turn) and the ratio of ours to DDP's.
 
 --smoke runs a few steps of each variant and checks that every rank's parameters are equal
 to each other and to the SGD result computed here independently: c is chosen so that every
@@ -79,10 +81,12 @@ class Model(torch.nn.Module):
 
 
 def make_step(kind, shapes, rank):
-    """(model, step()) of one variant: 'floor' (no exchange), 'ddp' or 'hvd'."""
+    """(model, step()) of one variant: 'floor' (no exchange), 'ddp', 'hvd' or 'hvd_ddp'."""
     model = Model(shapes, rank)
-    if kind == "ddp":
-        net = torch.nn.parallel.DistributedDataParallel(model)
+    if kind in ("ddp", "hvd_ddp"):
+        wrap = torch.nn.parallel.DistributedDataParallel if kind == "ddp" else \
+            hvd.DistributedDataParallel
+        net = wrap(model)
         opt = torch.optim.SGD(net.parameters(), lr=LR)
     else:
         net = model
@@ -135,13 +139,21 @@ def check(model, shapes, steps, tag):
 
 
 def exchange_columns(times):
-    """The exchanges of DDP and ours (the median over steps of the step's time minus the
-    floor's in the same turn, ms) and their ratio, where the three were run."""
-    if not {"floor", "ddp", "hvd"} <= times.keys():
+    """The exchanges (the median over steps of the step's time minus the floor's in the same
+    turn, ms) of DDP and of each of ours that ran, and ours / DDP's."""
+    if not {"floor", "ddp"} <= times.keys():
         return ""
-    ddp, ours = (statistics.median(a - f for a, f in zip(times[k], times["floor"])) * 1e3
-                 for k in ("ddp", "hvd"))
-    return f" {ddp:10.3f} {ours:10.3f} {ours / ddp if ddp > 0 else float('nan'):8.2f}x"
+
+    def exchange(k):
+        return statistics.median(a - f for a, f in zip(times[k], times["floor"])) * 1e3
+
+    ddp = exchange("ddp")
+    out = f" {ddp:10.3f}"
+    for k in ("hvd", "hvd_ddp"):
+        if k in times:
+            ours = exchange(k)
+            out += f" {ours:10.3f} {ours / ddp if ddp > 0 else float('nan'):8.2f}x"
+    return out
 
 
 def free_port():
@@ -154,7 +166,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="one,small,resnet50")
-    ap.add_argument("--variants", default="floor,ddp,hvd")
+    ap.add_argument("--variants", default="floor,ddp,hvd,hvd_ddp")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--smoke", action="store_true",
@@ -178,8 +190,10 @@ def main():
               f"over {args.steps} steps after {args.warmup}, the variants taking turns | "
               f"exchange: median of (step - floor's step of the same turn) | ms", flush=True)
         if not args.smoke:
+            ours = [v for v in ("hvd", "hvd_ddp") if v in variants]
             print(f"{'shapes':<10} " + " ".join(f"{v:>9}" for v in variants) +
-                  "   exch ddp   exch hvd  hvd/ddp", flush=True)
+                  ("   exch ddp" if "ddp" in variants else "") +
+                  "".join(f" {'exch ' + v:>10} {v + '/ddp':>9}" for v in ours), flush=True)
     failures = 0
     for which in args.shapes.split(","):
         shapes = shape_set(which, here)

@@ -16,6 +16,8 @@ On GPUs (--cuda), as Horovod's recipe has it: each process pins the GPU of its l
 NCCL. --adasum uses Horovod's Adasum optimizer instead of averaging: each rank's local update
 is combined with Adasum (DistributedOptimizer(op=hvd.Adasum)), at the single-worker learning
 rate (no scaling by the number of ranks; docs/training.md, "Adasum").
+--ddp wraps the model in hvd.DistributedDataParallel (torch's DDP interface) and steps torch's
+own SGD, as a program written for DDP does.
 --checkpoint PATH: rank 0 alone saves the model and optimizer state after every epoch.
 The run exits non-zero unless the test accuracy reaches --min-accuracy and the weights are
 identical on every rank.
@@ -60,10 +62,15 @@ def main():
     parser.add_argument("--local-sgd-warmup", type=int, default=0)
     parser.add_argument("--straggle", action="store_true", help="slow down the last rank")
     parser.add_argument("--cuda", action="store_true", help="train on the GPU of the local rank")
+    parser.add_argument("--ddp", action="store_true",
+                        help="hvd.DistributedDataParallel(model) and torch's SGD, as a DDP "
+                             "program has it, instead of hvd.DistributedOptimizer")
     parser.add_argument("--checkpoint", default="", help="rank 0 saves here after every epoch")
     parser.add_argument("--min-accuracy", type=float, default=0.0,
                         help="exit non-zero below this test accuracy")
     args = parser.parse_args()
+    if args.ddp and (args.adasum or args.staleness or args.local_sgd):
+        parser.error("--ddp averages gradients as DDP does: no --adasum, --staleness, --local-sgd")
 
     hvd.init()
     torch.manual_seed(1234 + hvd.rank())  # different init per rank: broadcast fixes it
@@ -90,15 +97,23 @@ def main():
 
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)).to(device)
     lr_scale = 1 if args.adasum else hvd.size()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * lr_scale, momentum=args.momentum)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression, staleness=args.staleness,
-                                         op=hvd.Adasum if args.adasum else hvd.Average,
-                                         local_sgd_period=args.local_sgd,
-                                         local_sgd_warmup_steps=args.local_sgd_warmup)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    if args.ddp:
+        # DDP's way: the module is wrapped (it takes rank 0's weights now and averages the
+        # gradients during backward); the optimizer is torch's own.
+        model = hvd.DistributedDataParallel(model, compression=compression)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * lr_scale,
+                                    momentum=args.momentum)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * lr_scale,
+                                    momentum=args.momentum)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=compression, staleness=args.staleness,
+                                             op=hvd.Adasum if args.adasum else hvd.Average,
+                                             local_sgd_period=args.local_sgd,
+                                             local_sgd_warmup_steps=args.local_sgd_warmup)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     # Every rank must run the same number of steps: use the smallest shard's count.
     steps = hvd.allreduce(torch.tensor(len(my_idx) // args.batch_size), op=hvd.Min).item()

@@ -375,7 +375,7 @@ def test_optimizer_set_backward_passes_and_load_state_dict(rank, size):
     opt.zero_grad()
     model(xs[rank]).sum().backward()
     opt.load_state_dict(opt.state_dict())
-    assert not opt._engine.pending  # nothing counted or in flight
+    assert not opt._sync.engine.pending  # nothing counted or in flight
     opt.zero_grad()
     for _ in range(2):
         model(xs[rank]).sum().backward()

@@ -84,7 +84,7 @@ def synchronized_step(opt, params, rank, size, step, **kw):
 def test_several_buckets_every_element(rank, size):
     params = make_params()
     opt = make_opt(params, bucket_cap_mb=TINY_CAP_MB)
-    buckets = opt._buckets
+    buckets = opt._sync.buckets
     assert buckets is not None and len(buckets._members) >= 4
     # Reverse parameter order, every slot exactly once.
     assert [s for m in buckets._members for s in m] == list(reversed(range(len(params))))
@@ -158,7 +158,7 @@ def test_mixed_dtypes_and_non_contiguous_gradient(rank, size):
     params.append(cl)
     shapes = SHAPES + [tuple(cl.shape)]
     opt = make_opt(params, bucket_cap_mb=1.0)
-    for m in opt._buckets._members:
+    for m in opt._sync.buckets._members:
         assert len({params[s].dtype for s in m}) == 1
     opt.zero_grad()
     backward(params, rank, 0)
@@ -173,7 +173,7 @@ def test_mixed_dtypes_and_non_contiguous_gradient(rank, size):
 def test_cap_zero_is_the_per_parameter_path_with_the_same_results(rank, size):
     params = make_params()
     opt = make_opt(params, bucket_cap_mb=0)
-    assert opt._buckets is None
+    assert opt._sync.buckets is None
     backward(params, rank, 3)
     opt.synchronize()
     check_grads(params, size, steps=(3,))

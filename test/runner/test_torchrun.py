@@ -189,10 +189,13 @@ def test_restarted_attempt_joins_afresh(tmp_path):
 
 
 @needs_gloo
-def test_digits_training_under_torchrun():
-    """The digits example, unchanged, under torchrun: 95% and identical weights on every rank."""
+@pytest.mark.parametrize("how", ["optimizer", "ddp"])
+def test_digits_training_under_torchrun(how):
+    """The digits example under torchrun, with DistributedOptimizer (Horovod's way) and with
+    DistributedDataParallel (DDP's way): 95% and identical weights on every rank."""
+    extra = ["--ddp"] if how == "ddp" else []
     rc, out = _run(_torchrun_cmd("--nproc_per_node", "2",
                                  os.path.join(ROOT, "examples", "python", "train_digits.py"),
-                                 "--epochs", "20", "--min-accuracy", "0.95"))
+                                 "--epochs", "20", "--min-accuracy", "0.95", *extra))
     assert rc == 0, out
     assert "final test accuracy" in out, out

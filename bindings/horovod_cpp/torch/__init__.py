@@ -12,6 +12,7 @@ from .._basics import (Adasum, Average, HorovodInternalError, HorovodTimeoutErro
                        rocm_built, shutdown, size, start_timeline, stop_timeline, sycl_built)
 from . import elastic
 from .compression import Compression
+from .ddp import DistributedDataParallel
 from .elastic import HostsUpdatedInterrupt
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)

@@ -16,10 +16,10 @@ import warnings
 import torch
 
 from .._basics import Adasum, Average, _set_id, global_process_set, size
-from .._gradients import (GradientEngine, ReduceOptions, check_groups, check_reduce_options,
-                          checked_names, fold_num_groups, plan_groups)
-from ._buckets import Buckets, resolve_cap_mb, use_buckets
-from ._grad_ops import TorchGradOps
+from .._gradients import (ReduceOptions, check_groups, check_reduce_options, checked_names,
+                          fold_num_groups)
+from ._buckets import resolve_cap_mb
+from ._grad_sync import GradientSync
 # _DistributedAdasumOptimizer is also reachable here, where Horovod defines it.
 from .adasum_optimizer import _DistributedAdasumOptimizer, make_adasum_optimizer  # noqa: F401
 from .compression import Compression
@@ -28,8 +28,8 @@ from .semisync import make_semisync_optimizer
 
 class _DistributedOptimizer:
     """Mixed into a subclass of the wrapped optimizer's class (see DistributedOptimizer).
-    The gradient engine (.._gradients) decides what is reduced when and how; this class keeps
-    the autograd hooks and writes the results into p.grad."""
+    The gradient engine (.._gradients) decides what is reduced when and how; GradientSync
+    (_grad_sync.py) keeps the autograd hooks and writes the results into p.grad."""
 
     _hvd_base_class = None  # the wrapped optimizer's class, set on the generated subclass
 
@@ -44,96 +44,22 @@ class _DistributedOptimizer:
         named = checked_names(all_params, named_parameters)
         name_of = {p: f"DistributedOptimizer.allreduce.{name}" for name, p in named}
         # The engine's slots: the parameters that get gradients, in param_group order.
-        self._params = [p for p in all_params if p.requires_grad]
-        self._slot = {p: i for i, p in enumerate(self._params)}
-        self._engine = GradientEngine(TorchGradOps, options, len(self._params),
-                                      names=[name_of[p] for p in self._params],
-                                      groups=plan_groups(options.groups, self._params),
-                                      backward_passes_per_step=backward_passes_per_step)
-        self._buckets = None
-        self._grad_accs = []
-        self._registered = False
+        params = [p for p in all_params if p.requires_grad]
+        self._sync = GradientSync(params, [name_of[p] for p in params], options,
+                                  backward_passes_per_step, cap_mb)
         self._synchronized = False
         self._should_synchronize = True
-        self._sparse_params = set()  # parameters seen with a sparse gradient
-        # A rank outside the process set steps on its own gradients, without communicating.
-        self._included = options.process_set is None or bool(options.process_set.included())
-        if self._included and (size() > 1 or os.environ.get("HOROVOD_ELASTIC") == "1"):
-            if use_buckets(options, cap_mb):
-                self._buckets = Buckets(self._params, [name_of[p] for p in self._params],
-                                        options, cap_mb, backward_passes_per_step, self._engine,
-                                        self._grad_of)
-            self._register_hooks()
 
     @property
     def backward_passes_per_step(self):
-        return self._engine.backward_passes_per_step
-
-    # ---- hooks ---------------------------------------------------------------------------
-    def _register_hooks(self):
-        self._registered = True
-        for p in self._params:
-            # The AccumulateGrad node of p: its hooks run after p.grad is updated.
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._make_hook(p))
-            self._grad_accs.append(acc)
-
-    def _make_hook(self, p):
-        slot = self._slot[p]
-        engine = self._engine
-
-        def hook(*_):
-            grad = p.grad
-            assert not grad.requires_grad
-            # Without buckets, the common case (a dense gradient, the engine's plain options)
-            # with no more Python than the count and the native call.
-            if engine.plain and not grad.is_sparse:
-                engine.start_plain(slot, grad)
-            else:
-                engine.passed(slot, self._grad_of)
-
-        return hook if self._buckets is None else self._buckets.hook(slot, hook)
-
-    def _grad_of(self, slot):
-        """The gradient of a slot to reduce. One not computed here (unused in this forward
-        pass) may be computed on other ranks: zeros, sparse for a parameter that had sparse
-        gradients before (so that the ranks agree on allgather versus allreduce)."""
-        p = self._params[slot]
-        if p.grad is None:
-            p.grad = _empty_sparse_like(p) if p in self._sparse_params else torch.zeros_like(p)
-        elif p.grad.is_sparse:
-            self._sparse_params.add(p)
-        return p.grad
+        return self._sync.engine.backward_passes_per_step
 
     # ---- public API ------------------------------------------------------------------------
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet) and writes
         the averaged gradients into p.grad. On a rank outside the optimizer's process set
         there is nothing to wait for (its gradients stay local), as in Horovod."""
-        if not self._included:
-            self._synchronized = True
-            return
-        buckets = self._buckets
-        if buckets is None:
-            required = range(len(self._params)) if self._registered else ()
-        else:
-            buckets.start_rest(self._grad_of)
-            required = buckets.engine_slots()
-        self._engine.start(required, self._grad_of)
-        try:
-            if buckets is not None:
-                buckets.wait()  # in place in p.grad
-        finally:  # the engine's reductions are waited for also when a bucket's failed
-            results = self._engine.wait()
-        with torch.no_grad():
-            for slot, result in results.items():
-                p = self._params[slot]
-                if result is p.grad:
-                    continue
-                if result.is_sparse or p.grad.is_sparse:
-                    p.grad = result
-                else:
-                    p.grad.set_(result)
+        self._sync.synchronize()
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -160,35 +86,22 @@ class _DistributedOptimizer:
     def set_backward_passes_per_step(self, passes):
         """Changes how many backward passes accumulate locally before gradients are reduced
         (and restarts the count), as Horovod's optimizer does."""
-        self._engine.set_passes(passes)
-        if self._buckets is not None:
-            self._buckets.set_passes(passes)
+        self._sync.set_passes(passes)
 
     def load_state_dict(self, *args, **kwargs):
         """Loads the wrapped optimizer's state; pending gradient reductions are forgotten and
         the backward-pass count restarts, as in Horovod."""
-        self._engine.reset()
-        if self._buckets is not None:
-            self._buckets.reset()
+        self._sync.reset()
         self._synchronized = False
         self._should_synchronize = True
         return self._hvd_base_class.load_state_dict(self, *args, **kwargs)
 
     def zero_grad(self, *args, **kwargs):
-        if self._engine.pending or (self._buckets is not None and self._buckets.pending):
+        if self._sync.pending:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
         return self._hvd_base_class.zero_grad(self, *args, **kwargs)
-
-
-def _empty_sparse_like(p):
-    """A sparse COO gradient of p's shape with no entries, in the (rows) layout of
-    nn.Embedding's gradients: one sparse dimension, dense rows."""
-    return torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64, device=p.device),
-                                   torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype,
-                                               device=p.device),
-                                   p.shape)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

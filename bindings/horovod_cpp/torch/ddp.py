@@ -1,0 +1,149 @@
+"""DistributedDataParallel: torch's DDP module wrapper, on horovod_cpp's gradient engine.
+
+    model = hvd.DistributedDataParallel(model)      # was: torch.nn.parallel.DistributedDataParallel
+    loss_fn(model(x), y).backward()                 # p.grad is the average over the ranks here
+    optimizer.step()                                # any torch.optim optimizer, unwrapped
+
+Not in Horovod: for programs written for DDP. At construction the module's parameters and
+buffers take the values of the process set's first rank. Each forward pass (with gradients
+enabled) first broadcasts the buffers from that rank (`broadcast_buffers`). During backward the
+gradients are reduced in buckets (GradientSync, the same engine as DistributedOptimizer) and,
+as in DDP, when `loss.backward()` returns every p.grad holds the average: the wait runs in a
+callback at the end of the backward pass. `no_sync()` accumulates gradients locally.
+"""
+
+import contextlib
+import itertools
+
+import torch
+from torch.autograd import Variable
+
+from .._basics import Average, _set_id, global_process_set
+from .._gradients import ReduceOptions, check_reduce_options
+from ._buckets import resolve_cap_mb
+from ._grad_sync import GradientSync
+from .compression import Compression
+from .mpi_ops import broadcast_async_, synchronize
+
+#: Numbers the wrappers of a process in creation order: every rank creates its wrappers in
+#: the same order, so the reductions of two wrapped modules never share a name.
+_instances = itertools.count()
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """torch.nn.parallel.DistributedDataParallel's interface over horovod_cpp.
+
+    module: the model, on one device (CPU, or the GPU of this rank's local rank).
+    device_ids / output_device / dim: as in DDP for a single-device module (at most one
+    device id, which must be where the module's parameters are); the outputs are the module's.
+    broadcast_buffers: broadcast the buffers from the first rank at each forward pass.
+    bucket_cap_mb: the gradients' buckets (None: HOROVOD_BUCKET_CAP_MB, else 25, as DDP).
+    find_unused_parameters, gradient_as_bucket_view, static_graph, check_reduction: accepted;
+    a parameter without a gradient in a pass is always handled (its reduction gets zeros from
+    this rank), and the rest have no effect here.
+    process_group: must be None; give horovod_cpp's process_set instead.
+    compression, op (Average or Sum), gradient_predivide_factor: as in DistributedOptimizer.
+    """
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0,
+                 broadcast_buffers=True, process_group=None, bucket_cap_mb=None,
+                 find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False,
+                 process_set=global_process_set, compression=Compression.none, op=Average,
+                 gradient_predivide_factor=1.0):
+        super().__init__()
+        if process_group is not None:
+            raise ValueError("DistributedDataParallel(process_group=...): torch.distributed "
+                             "groups are not used by horovod_cpp; pass process_set="
+                             "hvd.ProcessSet(ranks) (registered with hvd.add_process_set)")
+        if device_ids is not None and len(device_ids) > 1:
+            raise ValueError(f"DistributedDataParallel(device_ids={list(device_ids)}): one "
+                             "device per process (pin it by hvd.local_rank())")
+        devices = {p.device for p in module.parameters()}
+        if device_ids:
+            want = torch.device(device_ids[0]) if not isinstance(device_ids[0], int) else \
+                torch.device("cuda", device_ids[0])
+            if devices and devices != {want}:
+                raise ValueError(f"DistributedDataParallel(device_ids={list(device_ids)}): "
+                                 f"the module's parameters are on {sorted(map(str, devices))}; "
+                                 "move the module there first, as DDP requires")
+        check_reduce_options(op, gradient_predivide_factor)
+        _set_id(process_set)  # a registered ProcessSet (ValueError otherwise)
+        self.module = module
+        self.device_ids = list(device_ids) if device_ids else None
+        self.output_device = output_device
+        self.dim = dim
+        self.broadcast_buffers = broadcast_buffers
+        self.process_set = process_set
+        self.find_unused_parameters = find_unused_parameters
+        self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.static_graph = static_graph
+        self.require_backward_grad_sync = True
+        self._finishing = False
+        prefix = f"DistributedDataParallel.{next(_instances)}"
+        self._prefix = prefix
+        ranks = process_set.ranks
+        self._root = 0 if ranks is None else min(ranks)
+        self._included = bool(process_set.included())
+        if self._included:
+            # As DDP: every rank starts from the first rank's parameters and buffers.
+            handles = [broadcast_async_(t, self._root, f"{prefix}.init.{n}",
+                                        process_set=process_set)
+                       for n, t in itertools.chain(module.named_parameters(),
+                                                   module.named_buffers())]
+            for h in handles:
+                synchronize(h)
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        options = ReduceOptions(op=op, gradient_predivide_factor=gradient_predivide_factor,
+                                compression=compression, sparse_as_dense=False, groups=None,
+                                process_set=process_set)
+        self._sync = GradientSync([p for _, p in named],
+                                  [f"{prefix}.allreduce.{n}" for n, _ in named], options, 1,
+                                  resolve_cap_mb(bucket_cap_mb), wrap=self._gate)
+
+    # ---- backward ------------------------------------------------------------------------
+    def _gate(self, slot, hook):
+        """The hook registered for a slot: nothing inside no_sync(); the first one of a
+        backward pass has the wait queued at its end."""
+
+        def gated(*args):
+            if not self.require_backward_grad_sync:
+                return
+            if not self._finishing:
+                self._finishing = True
+                Variable._execution_engine.queue_callback(self._finish_backward)
+            hook(*args)
+
+        return gated
+
+    def _finish_backward(self):
+        # Runs when the backward pass is over: reduces what no hook started (parameters
+        # without a gradient in this pass) and writes every average into p.grad.
+        self._finishing = False
+        self._sync.synchronize()
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate gradients locally; the first one after it
+        averages the accumulated gradients, as in DDP."""
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    # ---- forward -------------------------------------------------------------------------
+    def forward(self, *inputs, **kwargs):
+        if (self.broadcast_buffers and self._included and
+                torch.is_grad_enabled() and self.require_backward_grad_sync):
+            self._sync_buffers()
+        return self.module(*inputs, **kwargs)
+
+    def _sync_buffers(self):
+        # Named anew each time: a module may replace a buffer (not only update it in place).
+        handles = [broadcast_async_(b, self._root, f"{self._prefix}.buffer.{n}",
+                                    process_set=self.process_set)
+                   for n, b in self.module.named_buffers()]
+        for h in handles:
+            synchronize(h)
