@@ -226,3 +226,40 @@ def test_mismatched_models_fail_on_every_rank_and_the_next_call_works(rank, size
         hvd.DistributedDataParallel(nn.Linear(3, width))
     got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="ddp.after_mismatch")
     assert torch.equal(got, torch.full((2,), float(size)))
+
+
+def test_join_with_uneven_batches(rank, size):
+    """Rank r has 2 + r batches. Until the last rank leaves, the others' averages get zeros
+    from the ranks that left (divided by the full size); then every rank holds the last
+    rank's parameters: those of one model stepped with those averages."""
+    model = hvd.DistributedDataParallel(make_model(seed=rank))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with model.join():
+        for step in range(2 + rank):
+            opt.zero_grad()
+            x, y = data(step, rank)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    ref = make_model(seed=0)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(2 + size - 1):
+        active = [r for r in range(size) if step < 2 + r]
+        grads = [local_grads(ref, step, r) for r in active]
+        with torch.no_grad():
+            for i, p in enumerate(ref.parameters()):
+                p.grad = sum(g[i] for g in grads) / size
+        ref_opt.step()
+    for (n, a), b in zip(model.module.named_parameters(), ref.parameters()):
+        assert_close(a, b, n, tol=1e-9)
+    # The next collective works.
+    got = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="ddp.after_join")
+    assert torch.equal(got, torch.full((2,), float(size)))
+
+
+def test_join_refuses_what_it_cannot_do():
+    with pytest.raises(NotImplementedError, match="broadcast_buffers=False"):
+        with hvd.DistributedDataParallel(nn.BatchNorm1d(2)).join():
+            pass
+    with pytest.raises(NotImplementedError, match="divide_by_initial_world_size"):
+        with hvd.DistributedDataParallel(make_model()).join(divide_by_initial_world_size=False):
+            pass

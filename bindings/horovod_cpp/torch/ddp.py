@@ -24,6 +24,7 @@ from ._buckets import resolve_cap_mb
 from ._grad_sync import GradientSync
 from .compression import Compression
 from .mpi_ops import broadcast_async_, synchronize
+from .mpi_ops import join as hvd_join
 
 #: Numbers the wrappers of a process in creation order: every rank creates its wrappers in
 #: the same order, so the reductions of two wrapped modules never share a name.
@@ -132,6 +133,35 @@ class DistributedDataParallel(torch.nn.Module):
             yield
         finally:
             self.require_backward_grad_sync = previous
+
+    @contextlib.contextmanager
+    def join(self, divide_by_initial_world_size=True, enable=True,
+             throw_on_early_termination=False):
+        """For ranks with different numbers of batches, as DDP's join(): wrap the training
+        loop; a rank that leaves it first contributes zeros to the others' gradient averages
+        (still divided by the full size) until every rank has left, and then every rank takes
+        the parameters and buffers of the rank that left last (hvd.join()). Global process set
+        and no buffers broadcast per forward (broadcast_buffers=False, or a module without
+        buffers): a joined rank cannot be the root of a broadcast."""
+        if not divide_by_initial_world_size or throw_on_early_termination:
+            raise NotImplementedError(
+                "DistributedDataParallel.join(): only divide_by_initial_world_size=True and "
+                "throw_on_early_termination=False (hvd.join()'s semantics)")
+        if enable and self.process_set is not global_process_set:
+            raise NotImplementedError("DistributedDataParallel.join(): the global process set "
+                                      "only (hvd.join() is global)")
+        if enable and self.broadcast_buffers and any(True for _ in self.module.buffers()):
+            raise NotImplementedError(
+                "DistributedDataParallel.join(): the module has buffers broadcast at each "
+                "forward, which a joined rank cannot serve; use broadcast_buffers=False")
+        yield
+        if enable:
+            last = hvd_join()
+            handles = [broadcast_async_(t, last, f"{self._prefix}.join.{n}")
+                       for n, t in itertools.chain(self.module.named_parameters(),
+                                                   self.module.named_buffers())]
+            for h in handles:
+                synchronize(h)
 
     # ---- forward -------------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
