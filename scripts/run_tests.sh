@@ -49,6 +49,9 @@ if [ -x test/python/run_mpi_pytests.sh ] || [ -f test/python/run_mpi_pytests.sh 
   # An elastic job on the same two hosts, one host's network cut mid-job (about 40 s).
   PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --elastic; rc=$?
   [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost elastic (exit $rc)"
+  # A torchrun agent on each of the two hosts (no hvdrun, no mpirun; about 20 s).
+  PYTHON="$VENV/bin/python" bash test/multihost/run_multihost.sh --torchrun; rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 77 ] || fail "multihost torchrun (exit $rc)"
   # Under the Gloo controller (hvdrun --gloo: no mpirun), in builds with Gloo (issue 36). The
   # fault tests (a killed worker, re-init at size 2, the fixed job's exit) are in test/runner.
   if "$VENV/bin/python" -c "import sys, horovod_cpp; sys.exit(0 if horovod_cpp.gloo_built() else 1)"; then

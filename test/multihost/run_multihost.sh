@@ -11,6 +11,9 @@
 #   sudo test/multihost/run_multihost.sh --elastic          (an elastic job, one host's network
 #                                                           cut: test/multihost/elastic_netcut.py)
 #   sudo test/multihost/run_multihost.sh --elastic-timings  (scripts/elastic_recovery.py here)
+#   sudo test/multihost/run_multihost.sh --torchrun  (a torchrun agent on each host, 2 workers
+#                                                 each: test/runner/torchrun_worker.py, then
+#                                                 the digits job with --ddp; no hvdrun)
 #   sudo test/multihost/run_multihost.sh --ray    (a Ray cluster whose nodes are the two hosts:
 #                                                 RayExecutor and ElasticRayExecutor, a host
 #                                                 lost and back: test/multihost/ray_hosts.py;
@@ -33,7 +36,7 @@ root="$(cd "$here/../.." && pwd)"
 MODE=mpi
 case "${1:-}" in
   --gloo) MODE=gloo ;; --elastic) MODE=elastic ;; --elastic-timings) MODE=timings ;;
-  --ray) MODE=ray ;;
+  --ray) MODE=ray ;; --torchrun) MODE=torchrun ;;
 esac
 WHO=multihost
 [ "$MODE" = mpi ] || WHO=multihost-$MODE
@@ -56,6 +59,10 @@ mh_require "$WHO"
 if [ "$MODE" = ray ]; then
   "$PYTHON" -c "import ray" 2>/dev/null || { echo "$WHO: SKIPPED: $PYTHON has no Ray"; exit 77; }
 fi
+if [ "$MODE" = torchrun ]; then
+  "$PYTHON" -c "import sys, torch, horovod_cpp as h; sys.exit(0 if h.gloo_built() else 1)" \
+    2>/dev/null || { echo "$WHO: SKIPPED: $PYTHON has no torch or this build no Gloo"; exit 77; }
+fi
 if [ "$MODE" = elastic ] || [ "$MODE" = timings ] || [ "$MODE" = ray ]; then
   "$PYTHON" -c "import sys, horovod_cpp as h; from horovod_cpp import _C; sys.exit(0 if h.gloo_built() and hasattr(_C, 'elastic_hosts_updated') else 1)" ||
     { echo "$WHO: SKIPPED: this build has no Gloo or no elastic primitives"; exit 77; }
@@ -77,6 +84,41 @@ if [ "$MODE" = ray ]; then
   [ "$rc" = 0 ] && grep -q "^RAY_HOSTS OK" "$tmp/out.ray" && { echo "$WHO: PASSED"; exit 0; }
   echo "$WHO: FAILED (exit $rc)"
   exit 1
+fi
+if [ "$MODE" = torchrun ]; then
+  # torchrun_job LOG ARGS...: one torchrun agent per host (node ranks 0 and 1, 2 workers each,
+  # torchrun's static rendezvous on h1), each started in its host through the rsh agent; 0
+  # when both agents exit 0. Debian's torch 1.13 on Python 3.11 needs --redirects/--tee named.
+  torchrun_job() {
+    local log=$1; shift
+    local port=$((29000 + RANDOM % 1000)) i rc=0 pids=()
+    for i in 0 1; do
+      timeout --kill-after=30 "$TIMEOUT_S" "$tmp/agent" "h$((i + 1))" \
+        "cd $root && HOROVOD_GLOO_TIMEOUT_SECONDS=60 $PYTHON -m torch.distributed.run" \
+        "--redirects 1 --tee 1 --monitor_interval 0.5 --nnodes 2 --node_rank $i" \
+        "--master_addr h1 --master_port $port --nproc_per_node 2 $*" > "$log.$i" 2>&1 &
+      pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i" || rc=1; done
+    cat "$log.0" "$log.1"
+    return "$rc"
+  }
+  mkdir -p "$tmp/oks"
+  torchrun_job "$tmp/out.check" test/runner/torchrun_worker.py check "$tmp/oks" ||
+    { echo "$WHO: FAILED (torchrun_worker.py check)"; exit 1; }
+  # Every rank got through, ranks 0-1 on h1 and 2-3 on h2, and all met through rank 0's
+  # store at h1's address (not loopback).
+  for r in 0 1 2 3; do
+    h=h1; [ "$r" -ge 2 ] && h=h2
+    grep -q "host=$h/node.* store=h1:" "$tmp/oks/ok.0.$r" 2>/dev/null ||
+      { echo "$WHO: FAILED (rank $r: $(cat "$tmp/oks/ok.0.$r" 2>&1))"; exit 1; }
+  done
+  echo "$WHO: torchrun job PASSED (4 workers on h1:2,h2:2, every collective checked)"
+  torchrun_job "$tmp/out.digits" examples/python/train_digits.py --ddp --min-accuracy 0.95 ||
+    { echo "$WHO: FAILED (train_digits.py --ddp under torchrun)"; exit 1; }
+  grep -h "final test accuracy" "$tmp/out.digits.0"
+  echo "$WHO: PASSED (torchrun, 4 ranks on h1:2,h2:2)"
+  exit 0
 fi
 if [ "$MODE" = elastic ] || [ "$MODE" = timings ]; then
   if [ "$MODE" = timings ]; then

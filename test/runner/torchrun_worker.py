@@ -87,7 +87,9 @@ def main():
     check_collectives("again")
     hvd.shutdown()
     with open(os.path.join(out, f"ok.{attempt}.{r}"), "w") as f:
-        f.write(repr(place))
+        f.write(f"place={place} host={os.environ['HOROVOD_HOSTNAME']} "
+                f"store={os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:"
+                f"{os.environ['HOROVOD_GLOO_RENDEZVOUS_PORT']}\n")
 
 
 if __name__ == "__main__":
