@@ -2,6 +2,8 @@
 every rank concatenated: outputs, running statistics, input/weight/bias gradients, eval mode,
 uneven and empty per-rank batches. Every rank builds every rank's batch from seeds."""
 
+import copy
+
 import pytest
 import torch
 
@@ -242,3 +244,37 @@ def test_cuda_training_and_eval(rank, size):
     ref.eval()
     x = rank_batch(rank, 3, 4, torch.float32, seed=49)
     torch.testing.assert_close(layer(x.to(dev)).cpu(), reference_forward(ref, x))
+
+
+def test_convert_sync_batchnorm(rank, size):
+    """Every BatchNorm of a model (nested, and the model itself) becomes a SyncBatchNorm with
+    the same state; the converted model's training output over every rank's batch equals one
+    process's over the concatenation."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 1), torch.nn.BatchNorm2d(3),
+                                torch.nn.Sequential(torch.nn.Flatten(), torch.nn.BatchNorm1d(12)))
+    model[1].running_mean.fill_(0.5)
+    model[1].num_batches_tracked.fill_(3)
+    model[2][1].eval()
+    reference = copy.deepcopy(model)
+    converted = hvd.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(converted[1], hvd.SyncBatchNorm)
+    assert isinstance(converted[2][1], hvd.SyncBatchNorm)
+    assert not converted[2][1].training
+    assert torch.equal(converted[1].weight,
+                       reference[1].weight)
+    assert torch.equal(converted[1].running_mean, torch.full((3,), 0.5))
+    assert int(converted[1].num_batches_tracked) == 3
+    assert isinstance(hvd.SyncBatchNorm.convert_sync_batchnorm(torch.nn.BatchNorm1d(2)),
+                      hvd.SyncBatchNorm)
+
+    def batch(r):
+        g = torch.Generator().manual_seed(40 + r)
+        return torch.randn(2 + r, 2, 2, 2, generator=g) + r
+
+    out = converted(batch(rank))
+    whole = reference(torch.cat([batch(r) for r in range(size)]))
+    start = sum(2 + r for r in range(rank))
+    torch.testing.assert_close(out, whole[start:start + 2 + rank], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(converted[1].running_mean, reference[1].running_mean,
+                               rtol=1e-5, atol=1e-6)

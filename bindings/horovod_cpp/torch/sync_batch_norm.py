@@ -151,3 +151,27 @@ class SyncBatchNorm(_BatchNorm):
                                 batch_stats, factor, self.eps)
         return _SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean,
                                             running_var, self.eps, factor, self.process_set)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_set=global_process_set):
+        """torch.nn.SyncBatchNorm.convert_sync_batchnorm's counterpart: returns `module` with
+        every BatchNorm1d/2d/3d in it (itself included) replaced by a SyncBatchNorm over
+        `process_set` that holds the same parameters, running statistics, batch count, mode
+        and requires_grad. A SyncBatchNorm already there is kept."""
+        out = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine,
+                      module.track_running_stats, process_set=process_set)
+            if module.affine:
+                with torch.no_grad():
+                    out.weight = module.weight
+                    out.bias = module.bias
+            out.running_mean = module.running_mean
+            out.running_var = module.running_var
+            out.num_batches_tracked = module.num_batches_tracked
+            out.training = module.training
+            if hasattr(module, "qconfig"):
+                out.qconfig = module.qconfig
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_set))
+        return out
