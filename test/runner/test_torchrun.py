@@ -50,6 +50,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _static():
+    """torchrun's static rendezvous on a free port (its default, 29500, may be taken)."""
+    return ["--master_port", str(_free_port())]
+
+
 def _run(cmd, env=None):
     p = subprocess.run(cmd, env=env or _env(), capture_output=True, text=True, timeout=LIMIT_S,
                        cwd=ROOT)
@@ -112,7 +117,8 @@ def test_layout_from_host_names():
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_torchrun_agent_store(tmp_path, np_):
     """torchrun's default (static) rendezvous: the workers use the agent's store."""
-    rc, out = _run(_torchrun_cmd("--nproc_per_node", str(np_), WORKER, "check", str(tmp_path)))
+    rc, out = _run(_torchrun_cmd(*_static(), "--nproc_per_node", str(np_), WORKER, "check",
+                                 str(tmp_path)))
     assert rc == 0, out
     assert _oks(tmp_path) == list(range(np_)), out
 
@@ -165,7 +171,7 @@ def test_plain_env_variables(tmp_path, np_):
 @pytest.mark.parametrize("mode", ["pg_before", "pg_after"])
 def test_with_torch_process_group(tmp_path, mode, rdzv):
     """torch.distributed.init_process_group before or after hvd.init(): both work, the same sums."""
-    extra = ["--standalone"] if rdzv == "standalone" else []
+    extra = ["--standalone"] if rdzv == "standalone" else _static()
     rc, out = _run(_torchrun_cmd(*extra, "--nproc_per_node", "2", WORKER, mode, str(tmp_path)))
     assert rc == 0, out
     assert _oks(tmp_path) == [0, 1], out
@@ -173,7 +179,8 @@ def test_with_torch_process_group(tmp_path, mode, rdzv):
 
 @needs_gloo
 def test_a_failing_rank_ends_the_job(tmp_path):
-    rc, out = _run(_torchrun_cmd("--nproc_per_node", "3", WORKER, "fail", str(tmp_path)))
+    rc, out = _run(_torchrun_cmd(*_static(), "--nproc_per_node", "3", WORKER, "fail",
+                                 str(tmp_path)))
     assert rc != 0, out
     assert "exitcode  : 3" in out or "exitcode: 3" in out.replace(" ", ""), out
 
@@ -182,8 +189,8 @@ def test_a_failing_rank_ends_the_job(tmp_path):
 def test_restarted_attempt_joins_afresh(tmp_path):
     """Rank 1 of the first attempt exits after init; torchrun restarts every worker, and the
     new attempt finds its own store (not the first attempt's address)."""
-    rc, out = _run(_torchrun_cmd("--max_restarts", "1", "--nproc_per_node", "2", WORKER,
-                                 "restart", str(tmp_path)))
+    rc, out = _run(_torchrun_cmd(*_static(), "--max_restarts", "1", "--nproc_per_node", "2",
+                                 WORKER, "restart", str(tmp_path)))
     assert rc == 0, out
     assert _oks(tmp_path, "0") == [] and _oks(tmp_path, "1") == [0, 1], out
 
@@ -194,7 +201,7 @@ def test_digits_training_under_torchrun(how):
     """The digits example under torchrun, with DistributedOptimizer (Horovod's way) and with
     DistributedDataParallel (DDP's way): 95% and identical weights on every rank."""
     extra = ["--ddp"] if how == "ddp" else []
-    rc, out = _run(_torchrun_cmd("--nproc_per_node", "2",
+    rc, out = _run(_torchrun_cmd(*_static(), "--nproc_per_node", "2",
                                  os.path.join(ROOT, "examples", "python", "train_digits.py"),
                                  "--epochs", "20", "--min-accuracy", "0.95", *extra))
     assert rc == 0, out

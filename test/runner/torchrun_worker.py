@@ -12,7 +12,6 @@ gets through writes OUT_DIR/ok.<attempt>.<rank>.
 import os
 import sys
 
-import numpy as np
 import torch
 
 import horovod_cpp.torch as hvd
