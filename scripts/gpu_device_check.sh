@@ -100,6 +100,12 @@ if has examples; then
     verdict "example Python --cuda np $np" $?
     tail -2 "$OUT/example_py_np$np.txt" | tee -a "$SUMMARY"
     ls -la "/tmp/digits_py_np$np.pt" >> "$OUT/example_py_np$np.txt" 2>&1
+    if [ "$np" = 1 ]; then  # hvd.DistributedDataParallel with its module on the GPU
+      timeout -k 10 240 "${MPI[@]}" "${PYSHARE[@]}" -np 1 python3 examples/python/train_digits.py \
+        --cuda --ddp --epochs 10 --min-accuracy 0.95 > "$OUT/example_py_ddp_np1.txt" 2>&1
+      verdict "example Python --cuda --ddp np 1" $?
+      tail -2 "$OUT/example_py_ddp_np1.txt" | tee -a "$SUMMARY"
+    fi
     if [ "$np" -gt 1 ]; then  # Adasum of CUDA gradients (host-staged), default 20 epochs
       timeout -k 10 240 "${MPI[@]}" "${PYSHARE[@]}" -np "$np" python3 examples/python/train_digits.py \
         --cuda --adasum --min-accuracy 0.95 > "$OUT/example_py_adasum_np$np.txt" 2>&1
