@@ -10,7 +10,8 @@ job without ``mpirun`` or ``hvdrun``. ``init()`` then runs the job on the Gloo c
    ``init_process_group``; the default process group's store if one is already up.
 2. Rank 0 starts a horovod_cpp rendezvous store (``runner.rendezvous.StoreServer``) on a free
    port, with a fresh secret, and publishes ``port secret`` under a key of this attempt
-   (``TORCHELASTIC_RESTART_COUNT``) in the torch store; every other rank reads it.
+   (``TORCHELASTIC_RESTART_COUNT``) in the torch store; every other rank reads it, and reads
+   again while the value names no live store (one left by an earlier round of members).
 3. It writes the Gloo controller's variables (docs/running.md, "Gloo") into ``os.environ``,
    where the library reads them: the rank and size from torch's, the local and cross ranks
    from ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` and ``GROUP_WORLD_SIZE`` (torchrun's
@@ -24,6 +25,7 @@ own variables come first), nor where ``HOROVOD_CPP_TORCHRUN=0``.
 import os
 import secrets
 import socket
+import time
 from datetime import timedelta
 
 #: Variables of the launchers that start a job their own way: any of them set, no adoption.
@@ -128,6 +130,47 @@ def _torch_store(environ, wait):
     return store
 
 
+def answers(addr, port, secret):
+    """Whether a horovod_cpp store serves at addr:port and takes this secret."""
+    from .runner.store_client import Client
+    try:
+        client = Client(addr, port, secret, timeout_s=5.0)
+    except OSError:
+        return False
+    try:
+        return client.check("horovod_cpp/torchrun/alive") in ("OK", "NOT_FOUND")
+    except OSError:  # ConnectionError too: the store closes the connection of a wrong secret
+        return False
+    finally:
+        client.close()
+
+
+def read_address(store, key, addr, wait_s, rank, where, check=answers):
+    """(port, secret) of rank 0's store, read from `key` in the torch store. A value that an
+    earlier round of the job left there (torchrun keeps its store across a change of members,
+    and the key's attempt number need not change) names a store that is gone or has another
+    secret: it is read again until rank 0 of this round has replaced it, for up to wait_s."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            value = store.get(key).decode()
+        except Exception as e:  # torch raises RuntimeError (or its own subclasses) on timeout
+            raise RuntimeError(
+                f"horovod_cpp under torchrun: rank {rank} did not get rank 0's rendezvous store "
+                f"('{key}' in the torch store at {where}, waiting up to {wait_s:g} s): "
+                f"{e}") from e
+        port_text, _, secret = value.partition(" ")
+        port = int(port_text)
+        if check(addr, port, secret):
+            return port, secret
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"horovod_cpp under torchrun: rank {rank} found no rendezvous store at "
+                f"{addr}:{port} ('{key}' in the torch store at {where}) for {wait_s:g} s: "
+                "rank 0 of this round did not publish its own")
+        time.sleep(0.1)
+
+
 def adopt(environ=None):
     """Sets the Gloo controller's variables for a torchrun job (see the module's text);
     returns whether it did. Collective: every rank of the job calls it in init()."""
@@ -144,7 +187,8 @@ def adopt(environ=None):
     wait_s = float(environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS") or _DEFAULT_WAIT_S)
     store = _torch_store(environ, timedelta(seconds=wait_s))
     _torch_store_kept = store
-    key = "horovod_cpp/rendezvous/attempt_" + environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    key = (f"horovod_cpp/rendezvous/{environ['MASTER_PORT']}/attempt_"
+           f"{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
     if rank == 0:
         from .runner.rendezvous import StoreServer
         secret = environ.get("HOROVOD_CPP_RENDEZVOUS_SECRET") or secrets.token_hex(16)
@@ -153,18 +197,12 @@ def adopt(environ=None):
         store.set(key, f"{server.port} {secret}")
         port = server.port
     else:
-        try:
-            value = store.get(key).decode()
-        except Exception as e:  # torch raises RuntimeError (or its own subclasses) on timeout
-            raise RuntimeError(
-                f"horovod_cpp under torchrun: rank {rank} did not get rank 0's rendezvous store "
-                f"('{key}' in the torch store at {environ['MASTER_ADDR']}:"
-                f"{environ['MASTER_PORT']}, waiting up to {wait_s:g} s): {e}") from e
-        port_text, _, secret = value.partition(" ")
-        port = int(port_text)
+        port, secret = read_address(store, key, environ["MASTER_ADDR"], wait_s, rank,
+                                    f"{environ['MASTER_ADDR']}:{environ['MASTER_PORT']}")
     if "HOROVOD_LOCAL_RANK" not in place:
         size = int(place["HOROVOD_SIZE"])
-        hosts = _exchange_hosts(store, key, rank, size, place["HOROVOD_HOSTNAME"])
+        # Under this round's store port: no host name of an earlier round is read.
+        hosts = _exchange_hosts(store, f"{key}/{port}", rank, size, place["HOROVOD_HOSTNAME"])
         lr, ls, cr, cs = layout(hosts)[rank]
         place.update({"HOROVOD_LOCAL_RANK": str(lr), "HOROVOD_LOCAL_SIZE": str(ls),
                       "HOROVOD_CROSS_RANK": str(cr), "HOROVOD_CROSS_SIZE": str(cs)})

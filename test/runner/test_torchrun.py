@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -196,6 +197,32 @@ def test_restarted_attempt_joins_afresh(tmp_path):
 
 
 @needs_gloo
+def test_a_node_joining_grows_the_job(tmp_path):
+    """torchrun's elastic mode (--nnodes 1:2, c10d rendezvous): a second agent started while
+    the job runs makes torchrun restart the workers as one job of 4; they resume from rank 0's
+    step file and every allreduce is checked at the size of its round."""
+    port = _free_port()
+    cmd = _torchrun_cmd("--nnodes", "1:2", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
+                        "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "grow",
+                        "--max_restarts", "3", "--rdzv_conf", "last_call_timeout=1",
+                        WORKER, "grow", str(tmp_path), "4")
+    first = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, cwd=ROOT)
+    step_file = tmp_path / "step"
+    deadline = time.monotonic() + 120
+    while not (step_file.exists() and int(step_file.read_text() or 0) >= 5):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0]
+        time.sleep(0.2)
+    second = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, cwd=ROOT)
+    outs = [p.communicate(timeout=LIMIT_S)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    sizes = [int(line.split()[1]) for line in (tmp_path / "sizes").read_text().splitlines()]
+    assert sizes[0] == 2 and sizes[-1] == 4 and sizes == sorted(sizes), sizes
+    assert _oks(tmp_path) == [0, 1, 2, 3], outs
+
+
+@needs_gloo
 @pytest.mark.parametrize("how", ["optimizer", "ddp"])
 def test_digits_training_under_torchrun(how):
     """The digits example under torchrun, with DistributedOptimizer (Horovod's way) and with
@@ -206,3 +233,25 @@ def test_digits_training_under_torchrun(how):
                                  "--epochs", "20", "--min-accuracy", "0.95", *extra))
     assert rc == 0, out
     assert "final test accuracy" in out, out
+
+
+def test_a_stale_address_is_read_again_until_replaced():
+    """A value left by an earlier round (its store gone) is not taken: the reader waits for
+    rank 0 of this round to replace it; a value never replaced fails, naming the address."""
+    import threading
+    from datetime import timedelta
+
+    from horovod_cpp.runner.rendezvous import StoreServer
+
+    store = torch.distributed.TCPStore("127.0.0.1", _free_port(), 1, True,
+                                       timedelta(seconds=10))
+    dead = _free_port()  # nothing listens there
+    store.set("k", f"{dead} oldsecret")
+    with StoreServer("newsecret") as server:
+        threading.Timer(0.5, lambda: store.set("k", f"{server.port} newsecret")).start()
+        assert _torchrun.read_address(store, "k", "127.0.0.1", 20, 1, "here") == \
+            (server.port, "newsecret")
+        # A live store with another secret is stale too.
+        store.set("k", f"{server.port} othersecret")
+        with pytest.raises(RuntimeError, match=f"no rendezvous store at 127.0.0.1:{server.port}"):
+            _torchrun.read_address(store, "k", "127.0.0.1", 0.5, 1, "here")

@@ -5,12 +5,14 @@
 MODE: check (every collective's result checked against what this rank computes on its own),
 pg_before / pg_after (torch.distributed.init_process_group before / after hvd.init(), the
 same sums from both), fail (rank 1 exits with 3 after the first collective), restart (rank 1
-of the first attempt exits with 3 after init; the next attempt runs `check`). Each rank that
-gets through writes OUT_DIR/ok.<attempt>.<rank>.
+of the first attempt exits with 3 after init; the next attempt runs `check`), grow TARGET
+(steps until the job has run 10 at TARGET ranks: a torchrun node joins meanwhile). Each rank
+that gets through writes OUT_DIR/ok.<attempt>.<rank>.
 """
 
 import os
 import sys
+import time
 
 import torch
 
@@ -54,6 +56,29 @@ def check_collectives(tag):
     hvd.remove_process_set(evens)
 
 
+def grow(out, target):
+    """Steps of a checked allreduce, resumed from rank 0's step file, until the job has run
+    10 steps at `target` ranks (torchrun restarts the workers when a node joins). Rank 0
+    appends "step size" to OUT/sizes."""
+    r, n = hvd.rank(), hvd.size()
+    path = os.path.join(out, "step")
+    step = int(open(path).read()) if os.path.exists(path) else 0
+    at_target = 0
+    while at_target < 10:
+        got = hvd.allreduce(torch.full((4,), float(r + 1)), op=hvd.Sum, name="grow")
+        assert torch.equal(got, torch.full((4,), n * (n + 1) / 2)), (n, got)
+        step += 1
+        at_target += n == target
+        if r == 0:
+            with open(path + ".tmp", "w") as f:
+                f.write(str(step))
+            os.replace(path + ".tmp", path)
+            with open(os.path.join(out, "sizes"), "a") as f:
+                f.write(f"{step} {n}\n")
+        assert step < 3000, "the job never grew"
+        time.sleep(0.05)
+
+
 def main():
     mode, out = sys.argv[1], sys.argv[2]
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -64,6 +89,12 @@ def main():
     assert (r, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), (r, n)
     place = (hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
     assert place == expected_place(), (place, expected_place())
+    if mode == "grow":
+        grow(out, int(sys.argv[3]))
+        hvd.shutdown()
+        with open(os.path.join(out, f"ok.{attempt}.{r}"), "w") as f:
+            f.write(f"size={n}\n")
+        return
     if mode == "restart" and attempt == "0" and r == 1:
         sys.exit(3)
     if mode == "fail":
