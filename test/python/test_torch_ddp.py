@@ -125,26 +125,36 @@ class TwoBranches(nn.Module):
         torch.manual_seed(3)
         self.a = nn.Linear(4, 2).double()
         self.b = nn.Linear(4, 2).double()
+        self.c = nn.Linear(4, 2).double()  # used by no rank
 
     def forward(self, x, use_b):
         out = self.a(x)
         return out + self.b(x) if use_b else out
 
 
-def test_a_parameter_unused_on_some_ranks(rank, size):
-    """Branch b only on rank 0: its gradient is rank 0's divided by the size, everywhere."""
-    model = hvd.DistributedDataParallel(TwoBranches(), find_unused_parameters=True)
-    x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (rank + 1) / 10
-    model(x, use_b=rank == 0).pow(2).sum().backward()
-    ref_a, ref_b = [], []
-    for r in range(size):
-        ref = TwoBranches()
-        xr = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (r + 1) / 10
-        ref(xr, use_b=r == 0).pow(2).sum().backward()
-        ref_a.append(ref.a.weight.grad)
-        ref_b.append(ref.b.weight.grad if r == 0 else torch.zeros_like(ref.b.weight))
-    assert_close(model.module.a.weight.grad, sum(ref_a) / size, "a")
-    assert_close(model.module.b.weight.grad, sum(ref_b) / size, "b")
+@pytest.mark.parametrize("find_unused", [True, False])
+def test_a_parameter_unused_on_some_ranks(rank, size, find_unused):
+    """Branch b only on rank 0 in the first pass, on every rank in the second: its gradient is
+    the average with zeros from the ranks that did not use it. Branch c, used nowhere, keeps
+    no gradient with find_unused_parameters (as DDP), zeros without."""
+    model = hvd.DistributedDataParallel(TwoBranches(), find_unused_parameters=find_unused)
+    for step, b_on in enumerate([lambda r: r == 0, lambda r: True]):
+        model.zero_grad(set_to_none=True)
+        x = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (rank + 1 + step) / 10
+        model(x, use_b=b_on(rank)).pow(2).sum().backward()
+        ref_a, ref_b = [], []
+        for r in range(size):
+            ref = TwoBranches()
+            xr = torch.arange(12, dtype=torch.float64).reshape(3, 4) * (r + 1 + step) / 10
+            ref(xr, use_b=b_on(r)).pow(2).sum().backward()
+            ref_a.append(ref.a.weight.grad)
+            ref_b.append(ref.b.weight.grad if b_on(r) else torch.zeros_like(ref.b.weight))
+        assert_close(model.module.a.weight.grad, sum(ref_a) / size, f"a, pass {step}")
+        assert_close(model.module.b.weight.grad, sum(ref_b) / size, f"b, pass {step}")
+        if find_unused:
+            assert model.module.c.weight.grad is None, step
+        else:
+            assert torch.equal(model.module.c.weight.grad, torch.zeros(2, 4, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("broadcast_buffers", [True, False])

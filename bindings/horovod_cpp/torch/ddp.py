@@ -18,12 +18,12 @@ import itertools
 import torch
 from torch.autograd import Variable
 
-from .._basics import Average, _set_id, global_process_set
+from .._basics import Average, Sum, _set_id, global_process_set
 from .._gradients import ReduceOptions, check_reduce_options
 from ._buckets import resolve_cap_mb
 from ._grad_sync import GradientSync
 from .compression import Compression
-from .mpi_ops import broadcast_async_, synchronize
+from .mpi_ops import allreduce_async, broadcast_async_, synchronize
 from .mpi_ops import join as hvd_join
 
 #: Numbers the wrappers of a process in creation order: every rank creates its wrappers in
@@ -39,9 +39,10 @@ class DistributedDataParallel(torch.nn.Module):
     device id, which must be where the module's parameters are); the outputs are the module's.
     broadcast_buffers: broadcast the buffers from the first rank at each forward pass.
     bucket_cap_mb: the gradients' buckets (None: HOROVOD_BUCKET_CAP_MB, else 25, as DDP).
-    find_unused_parameters, gradient_as_bucket_view, static_graph, check_reduction: accepted;
-    a parameter without a gradient in a pass is always handled (its reduction gets zeros from
-    this rank), and the rest have no effect here.
+    find_unused_parameters: a parameter without a gradient in a pass is always handled (its
+    reduction gets zeros from this rank); with True, as in DDP, one that got no gradient on any
+    rank keeps p.grad None (an allreduce of the used flags per pass), else it gets zeros.
+    gradient_as_bucket_view, static_graph, check_reduction: accepted, no effect here.
     process_group: must be None; give horovod_cpp's process_set instead.
     compression, op (Average or Sum), gradient_predivide_factor: as in DistributedOptimizer.
     """
@@ -95,6 +96,8 @@ class DistributedDataParallel(torch.nn.Module):
             for h in handles:
                 synchronize(h)
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        # find_unused_parameters: which slots got a gradient since the last reduction here.
+        self._used = [0] * len(named)
         options = ReduceOptions(op=op, gradient_predivide_factor=gradient_predivide_factor,
                                 compression=compression, sparse_as_dense=False, groups=None,
                                 process_set=process_set)
@@ -105,9 +108,13 @@ class DistributedDataParallel(torch.nn.Module):
     # ---- backward ------------------------------------------------------------------------
     def _gate(self, slot, hook):
         """The hook registered for a slot: nothing inside no_sync(); the first one of a
-        backward pass has the wait queued at its end."""
+        backward pass has the wait queued at its end. With find_unused_parameters it also
+        records that the slot got a gradient."""
+        used = self._used if self.find_unused_parameters else None
 
         def gated(*args):
+            if used is not None:
+                used[slot] = 1
             if not self.require_backward_grad_sync:
                 return
             if not self._finishing:
@@ -121,7 +128,23 @@ class DistributedDataParallel(torch.nn.Module):
         # Runs when the backward pass is over: reduces what no hook started (parameters
         # without a gradient in this pass) and writes every average into p.grad.
         self._finishing = False
-        self._sync.synchronize()
+        if not self.find_unused_parameters:
+            self._sync.synchronize()
+            return
+        # As DDP: a parameter that got no gradient on any rank (since the last reduction)
+        # keeps p.grad None; one used somewhere gets the average, with zeros from here.
+        params = self._sync.params
+        none_here = [i for i, p in enumerate(params) if not self._used[i] and p.grad is None]
+        used = allreduce_async(torch.tensor(self._used, dtype=torch.int32), op=Sum,
+                               name=f"{self._prefix}.used", process_set=self.process_set)
+        self._used[:] = [0] * len(self._used)
+        try:
+            self._sync.synchronize()
+        finally:
+            anywhere = synchronize(used)
+        for i in none_here:
+            if int(anywhere[i]) == 0:
+                params[i].grad = None
 
     @contextlib.contextmanager
     def no_sync(self):
