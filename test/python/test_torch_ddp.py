@@ -273,3 +273,34 @@ def test_join_refuses_what_it_cannot_do():
     with pytest.raises(NotImplementedError, match="divide_by_initial_world_size"):
         with hvd.DistributedDataParallel(make_model()).join(divide_by_initial_world_size=False):
             pass
+
+
+class ManyBuffers(nn.Module):
+    """Buffers of three dtypes and shapes, one of them non-contiguous, that forward leaves
+    alone: after a forward with gradients every rank holds rank 0's values."""
+
+    def __init__(self, r):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.register_buffer("grid", torch.arange(12, dtype=torch.float32).reshape(3, 4) + r)
+        self.register_buffer("counts", torch.full((5,), r, dtype=torch.int32))
+        side = torch.arange(6, dtype=torch.float64).reshape(2, 3) * (r + 1)
+        self.register_buffer("side", side.t())
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_buffers_of_every_dtype_and_layout_are_coalesced(rank, size):
+    model = hvd.DistributedDataParallel(ManyBuffers(0))  # construction: rank 0's everywhere
+    with torch.no_grad():  # then each rank changes them in place, differently
+        model.module.grid.add_(rank)
+        model.module.counts.add_(7 * rank)
+        model.module.side.mul_(rank + 2)
+    assert not model.module.side.is_contiguous()
+    model(torch.ones(1, 2)).sum().backward()
+    want = ManyBuffers(0)
+    with torch.no_grad():
+        want.side.mul_(2)
+    for name in ("grid", "counts", "side"):
+        assert torch.equal(getattr(model.module, name), getattr(want, name)), name

@@ -18,7 +18,7 @@ import itertools
 import torch
 from torch.autograd import Variable
 
-from .._basics import Average, Sum, _set_id, global_process_set
+from .._basics import Average, Sum, _set_id, global_process_set, rank
 from .._gradients import ReduceOptions, check_reduce_options
 from ._buckets import resolve_cap_mb
 from ._grad_sync import GradientSync
@@ -84,6 +84,7 @@ class DistributedDataParallel(torch.nn.Module):
         self._finishing = False
         prefix = f"DistributedDataParallel.{next(_instances)}"
         self._prefix = prefix
+        self._buffer_groups = None  # taken at the first forward that broadcasts the buffers
         ranks = process_set.ranks
         self._root = 0 if ranks is None else min(ranks)
         self._included = bool(process_set.included())
@@ -193,10 +194,41 @@ class DistributedDataParallel(torch.nn.Module):
             self._sync_buffers()
         return self.module(*inputs, **kwargs)
 
+    def _group_buffers(self):
+        """The module's buffers by dtype and device, each group as (broadcast name, flat 1-D
+        views of its buffers, their sizes). Taken once, as DDP takes its buffers once: a buffer
+        the module replaces later (not updates in place) is not followed."""
+        groups = {}
+        for b in self.module.buffers():
+            groups.setdefault((b.dtype, b.device), []).append(b)
+        out = []
+        for (dtype, device), bufs in groups.items():
+            name = f"{self._prefix}.buffers.{str(dtype).replace('torch.', '')}.{device.type}"
+            views = [b.view(-1) if b.is_contiguous() else b for b in bufs]
+            out.append((name, views, [b.numel() for b in bufs]))
+        return out
+
     def _sync_buffers(self):
-        # Named anew each time: a module may replace a buffer (not only update it in place).
-        handles = [broadcast_async_(b, self._root, f"{self._prefix}.buffer.{n}",
-                                    process_set=self.process_set)
-                   for n, b in self.module.named_buffers()]
-        for h in handles:
-            synchronize(h)
+        # Coalesced, as DDP does: one broadcast per dtype and device of every buffer flattened
+        # together, then the values written back in two vectorized ops on the ranks that
+        # received them.
+        if self._buffer_groups is None:
+            self._buffer_groups = self._group_buffers()
+        pending = []
+        for name, views, sizes in self._buffer_groups:
+            flat = torch.cat([v.reshape(-1) for v in views])
+            pending.append((broadcast_async_(flat, self._root, name,
+                                             process_set=self.process_set), flat, views, sizes))
+        receive = rank() != self._root
+        for handle, flat, views, sizes in pending:
+            synchronize(handle)
+            if not receive:
+                continue
+            with torch.no_grad():
+                parts = torch.split(flat, sizes)
+                if all(v.dim() == 1 for v in views):
+                    torch._foreach_zero_(views)
+                    torch._foreach_add_(views, parts)
+                else:  # a non-contiguous buffer: one copy each
+                    for v, part in zip(views, parts):
+                        v.copy_(part.view_as(v))
