@@ -66,6 +66,22 @@ def _int(environ, name, low=0, high=1 << 24):
     return value
 
 
+def _wait_seconds(environ):
+    """How long a rank waits for rank 0's store address: HOROVOD_GLOO_TIMEOUT_SECONDS, else
+    _DEFAULT_WAIT_S."""
+    text = environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS", "")
+    if not text:
+        return _DEFAULT_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0.0:
+        raise ValueError(f"horovod_cpp under torchrun: HOROVOD_GLOO_TIMEOUT_SECONDS='{text}' is "
+                         "not a number of seconds above 0")
+    return value
+
+
 def _place(environ):
     """The Gloo controller's place variables from torch's; also checks them."""
     size = _int(environ, "WORLD_SIZE", 1)
@@ -184,7 +200,7 @@ def adopt(environ=None):
                            "this build has none (hvdrun --check-build); launch with mpirun")
     place = _place(environ)
     rank = int(place["HOROVOD_RANK"])
-    wait_s = float(environ.get("HOROVOD_GLOO_TIMEOUT_SECONDS") or _DEFAULT_WAIT_S)
+    wait_s = _wait_seconds(environ)
     store = _torch_store(environ, timedelta(seconds=wait_s))
     _torch_store_kept = store
     key = (f"horovod_cpp/rendezvous/{environ['MASTER_PORT']}/attempt_"

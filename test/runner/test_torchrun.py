@@ -104,6 +104,14 @@ def test_bad_values_name_the_variable(name, value):
         _torchrun._place(env)
 
 
+def test_wait_seconds():
+    assert _torchrun._wait_seconds({}) == _torchrun._DEFAULT_WAIT_S
+    assert _torchrun._wait_seconds({"HOROVOD_GLOO_TIMEOUT_SECONDS": "12.5"}) == 12.5
+    for bad in ("soon", "0", "-3", "nan"):
+        with pytest.raises(ValueError, match=f"HOROVOD_GLOO_TIMEOUT_SECONDS='{bad}'"):
+            _torchrun._wait_seconds({"HOROVOD_GLOO_TIMEOUT_SECONDS": bad})
+
+
 def test_layout_from_host_names():
     assert _torchrun.layout(["a", "a", "b", "b"]) == \
         [(0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
