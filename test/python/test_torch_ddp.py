@@ -228,6 +228,9 @@ def test_arguments_refused_with_a_reason():
         hvd.DistributedDataParallel(make_model(), device_ids=[0, 1])
     with pytest.raises(ValueError, match="the module's parameters are on"):
         hvd.DistributedDataParallel(make_model(), device_ids=[0])
+    for op in (hvd.Adasum, hvd.Min, hvd.Max, hvd.Product):
+        with pytest.raises(ValueError, match="Average or Sum"):
+            hvd.DistributedDataParallel(make_model(), op=op)
 
 
 def test_mismatched_models_fail_on_every_rank_and_the_next_call_works(rank, size):

@@ -70,6 +70,10 @@ class DistributedDataParallel(torch.nn.Module):
                                  f"the module's parameters are on {sorted(map(str, devices))}; "
                                  "move the module there first, as DDP requires")
         check_reduce_options(op, gradient_predivide_factor)
+        if op not in (Average, Sum):
+            raise ValueError("DistributedDataParallel(op=...): Average or Sum (for Adasum "
+                             "use hvd.DistributedOptimizer(op=hvd.Adasum), which combines the "
+                             "updates of local steps)")
         _set_id(process_set)  # a registered ProcessSet (ValueError otherwise)
         self.module = module
         self.device_ids = list(device_ids) if device_ids else None
