@@ -107,22 +107,6 @@ def _place(environ):
     return out
 
 
-def layout(hosts):
-    """Local and cross places of every rank from its host name (a list, by rank): local rank
-    is the order among the host's ranks, cross rank the order among the ranks of the same local
-    rank, by rank; as Horovod numbers them."""
-    local, cross = [], []
-    seen = {}
-    for h in hosts:
-        local.append(seen.get(h, 0))
-        seen[h] = local[-1] + 1
-    per_local = {}
-    for lr in local:
-        cross.append(per_local.get(lr, 0))
-        per_local[lr] = cross[-1] + 1
-    return [(local[r], seen[hosts[r]], cross[r], per_local[local[r]]) for r in range(len(hosts))]
-
-
 def _exchange_hosts(store, key, rank, size, host):
     """Every rank's host name, through the torch store."""
     store.set(f"{key}/host/{rank}", host)
@@ -219,9 +203,13 @@ def adopt(environ=None):
         size = int(place["HOROVOD_SIZE"])
         # Under this round's store port: no host name of an earlier round is read.
         hosts = _exchange_hosts(store, f"{key}/{port}", rank, size, place["HOROVOD_HOSTNAME"])
-        lr, ls, cr, cs = layout(hosts)[rank]
-        place.update({"HOROVOD_LOCAL_RANK": str(lr), "HOROVOD_LOCAL_SIZE": str(ls),
-                      "HOROVOD_CROSS_RANK": str(cr), "HOROVOD_CROSS_SIZE": str(cs)})
+        # Numbered as hvdrun's elastic rounds number a membership from its hosts.
+        from .runner.elastic_rounds import places_for
+        p = places_for([(r, h) for r, h in enumerate(hosts)])[rank]
+        place.update({"HOROVOD_LOCAL_RANK": str(p.local_rank),
+                      "HOROVOD_LOCAL_SIZE": str(p.local_size),
+                      "HOROVOD_CROSS_RANK": str(p.cross_rank),
+                      "HOROVOD_CROSS_SIZE": str(p.cross_size)})
     environ.update(place)
     environ.update({
         "HOROVOD_GLOO": "1",

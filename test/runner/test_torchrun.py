@@ -113,11 +113,19 @@ def test_wait_seconds():
 
 
 def test_layout_from_host_names():
-    assert _torchrun.layout(["a", "a", "b", "b"]) == \
+    """Without torchrun's node variables the places come from the host names, numbered by
+    elastic_rounds.places_for (what adopt() calls)."""
+    from horovod_cpp.runner.elastic_rounds import places_for
+
+    def layout(hosts):
+        return [(p.local_rank, p.local_size, p.cross_rank, p.cross_size)
+                for p in places_for(list(enumerate(hosts)))]
+
+    assert layout(["a", "a", "b", "b"]) == \
         [(0, 2, 0, 2), (1, 2, 0, 2), (0, 2, 1, 2), (1, 2, 1, 2)]
     # Uneven hosts: local rank 1 exists on host a only.
-    assert _torchrun.layout(["a", "b", "a"]) == [(0, 2, 0, 2), (0, 1, 1, 2), (1, 2, 0, 1)]
-    assert _torchrun.layout(["x"]) == [(0, 1, 0, 1)]
+    assert layout(["a", "b", "a"]) == [(0, 2, 0, 2), (0, 1, 1, 2), (1, 2, 0, 1)]
+    assert layout(["x"]) == [(0, 1, 0, 1)]
 
 
 # ---- real jobs --------------------------------------------------------------------------

@@ -23,8 +23,14 @@ from .._gradients import ReduceOptions, check_reduce_options
 from ._buckets import resolve_cap_mb
 from ._grad_sync import GradientSync
 from .compression import Compression
+from .functions import broadcast_parameters
 from .mpi_ops import allreduce_async, broadcast_async_, synchronize
 from .mpi_ops import join as hvd_join
+
+def _state(module):
+    """The (name, tensor) pairs of a module's parameters and buffers."""
+    return list(itertools.chain(module.named_parameters(), module.named_buffers()))
+
 
 #: Numbers the wrappers of a process in creation order: every rank creates its wrappers in
 #: the same order, so the reductions of two wrapped modules never share a name.
@@ -94,12 +100,7 @@ class DistributedDataParallel(torch.nn.Module):
         self._included = bool(process_set.included())
         if self._included:
             # As DDP: every rank starts from the first rank's parameters and buffers.
-            handles = [broadcast_async_(t, self._root, f"{prefix}.init.{n}",
-                                        process_set=process_set)
-                       for n, t in itertools.chain(module.named_parameters(),
-                                                   module.named_buffers())]
-            for h in handles:
-                synchronize(h)
+            broadcast_parameters(_state(module), root_rank=self._root, process_set=process_set)
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         # find_unused_parameters: which slots got a gradient since the last reduction here.
         self._used = [0] * len(named)
@@ -185,11 +186,7 @@ class DistributedDataParallel(torch.nn.Module):
         yield
         if enable:
             last = hvd_join()
-            handles = [broadcast_async_(t, last, f"{self._prefix}.join.{n}")
-                       for n, t in itertools.chain(self.module.named_parameters(),
-                                                   self.module.named_buffers())]
-            for h in handles:
-                synchronize(h)
+            broadcast_parameters(_state(self.module), root_rank=last)
 
     # ---- forward -------------------------------------------------------------------------
     def forward(self, *inputs, **kwargs):
