@@ -42,6 +42,9 @@ _DEFAULT_WAIT_S = 300.0
 #: process.
 _server = None
 _torch_store_kept = None
+#: The store torch.distributed hands to the horovod_cpp backend while it creates the default
+#: group (torch/process_group.py): that group's rendezvous, used in place of a second one.
+given_store = None
 
 
 def wanted(environ):
@@ -114,7 +117,10 @@ def _exchange_hosts(store, key, rank, size, host):
 
 
 def _torch_store(environ, wait):
-    """The job's torch store: the default group's, else the one env:// names."""
+    """The job's torch store: the one being set up for the horovod_cpp backend, else the
+    default group's, else the one an earlier init() reached, else the one env:// names."""
+    if given_store is not None:
+        return given_store
     try:
         import torch.distributed as dist
     except ImportError as e:
@@ -126,6 +132,8 @@ def _torch_store(environ, wait):
         get = getattr(dist.distributed_c10d, "_get_default_store", None)
         if get is not None:
             return get()
+    if _torch_store_kept is not None:  # an earlier init() of this process reached it
+        return _torch_store_kept
     store, _, _ = next(dist.rendezvous("env://", timeout=wait))
     return store
 

@@ -15,7 +15,7 @@ DDP is torch.distributed with gloo (its defaults: 25 MiB buckets) over loopback;
 port is chosen by rank 0 and sent to the others through horovod_cpp. The variants take turns,
 one step each, for --steps turns after --warmup; a step's time is the slowest rank's. Variants:
 floor, ddp (torch's), hvd (DistributedOptimizer), hvd_ddp (horovod_cpp's DDP wrapper around
-torch's SGD). Printed: each variant's median step, each exchange (the median over turns of the
+torch's SGD), ddp_hvd (torch's DDP on a group of torch.distributed's "horovod_cpp" backend). Printed: each variant's median step, each exchange (the median over turns of the
 step's time minus the floor's in the same turn) and the ratio of ours to DDP's.
 
 --smoke runs a few steps of each variant and checks that every rank's parameters are equal
@@ -80,13 +80,20 @@ class Model(torch.nn.Module):
         return sum((p * c).sum() for p, c in self.pairs)
 
 
-def make_step(kind, shapes, rank):
-    """(model, step()) of one variant: 'floor' (no exchange), 'ddp', 'hvd' or 'hvd_ddp'."""
+#: Variants that are ours, in the order their columns are printed.
+OURS = ("hvd", "hvd_ddp", "ddp_hvd")
+
+
+def make_step(kind, shapes, rank, hvd_group=None):
+    """(model, step()) of one variant: 'floor' (no exchange), 'ddp', 'hvd', 'hvd_ddp' or
+    'ddp_hvd' (torch's DDP over hvd_group, a group of the horovod_cpp backend)."""
     model = Model(shapes, rank)
-    if kind in ("ddp", "hvd_ddp"):
-        wrap = torch.nn.parallel.DistributedDataParallel if kind == "ddp" else \
-            hvd.DistributedDataParallel
-        net = wrap(model)
+    if kind in ("ddp", "hvd_ddp", "ddp_hvd"):
+        if kind == "hvd_ddp":
+            net = hvd.DistributedDataParallel(model)
+        else:
+            net = torch.nn.parallel.DistributedDataParallel(
+                model, process_group=hvd_group if kind == "ddp_hvd" else None)
         opt = torch.optim.SGD(net.parameters(), lr=LR)
     else:
         net = model
@@ -149,7 +156,7 @@ def exchange_columns(times):
 
     ddp = exchange("ddp")
     out = f" {ddp:10.3f}"
-    for k in ("hvd", "hvd_ddp"):
+    for k in OURS:
         if k in times:
             ours = exchange(k)
             out += f" {ours:10.3f} {ours / ddp if ddp > 0 else float('nan'):8.2f}x"
@@ -166,7 +173,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="one,small,resnet50")
-    ap.add_argument("--variants", default="floor,ddp,hvd,hvd_ddp")
+    ap.add_argument("--variants", default="floor,ddp,hvd,hvd_ddp,ddp_hvd")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--smoke", action="store_true",
@@ -183,6 +190,8 @@ def main():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=me, world_size=n)
+    # Every rank, on torch.distributed's horovod_cpp backend (registered by the import).
+    hvd_group = dist.new_group(list(range(n)), backend="horovod_cpp")
 
     variants = args.variants.split(",")
     if me == 0:
@@ -190,7 +199,7 @@ def main():
               f"over {args.steps} steps after {args.warmup}, the variants taking turns | "
               f"exchange: median of (step - floor's step of the same turn) | ms", flush=True)
         if not args.smoke:
-            ours = [v for v in ("hvd", "hvd_ddp") if v in variants]
+            ours = [v for v in OURS if v in variants]
             print(f"{'shapes':<10} " + " ".join(f"{v:>9}" for v in variants) +
                   ("   exch ddp" if "ddp" in variants else "") +
                   "".join(f" {'exch ' + v:>10} {v + '/ddp':>9}" for v in ours), flush=True)
@@ -199,7 +208,7 @@ def main():
         shapes = shape_set(which, here)
         if args.smoke:
             for kind in variants:
-                model, step = make_step(kind, shapes, me)
+                model, step = make_step(kind, shapes, me, hvd_group)
                 tag = f"{which}.{kind}"
                 for _ in range(args.steps):
                     step()
@@ -209,7 +218,7 @@ def main():
                     print(f"{tag:<16} {'ok' if wrong == 0 else f'{wrong} wrong values'}",
                           flush=True)
             continue
-        steps_of = {kind: make_step(kind, shapes, me)[1] for kind in variants}
+        steps_of = {kind: make_step(kind, shapes, me, hvd_group)[1] for kind in variants}
         times = timed(steps_of, args.steps, args.warmup, which)
         del steps_of
         if me == 0:

@@ -17,7 +17,9 @@ NCCL. --adasum uses Horovod's Adasum optimizer instead of averaging: each rank's
 is combined with Adasum (DistributedOptimizer(op=hvd.Adasum)), at the single-worker learning
 rate (no scaling by the number of ranks; docs/training.md, "Adasum").
 --ddp wraps the model in hvd.DistributedDataParallel (torch's DDP interface) and steps torch's
-own SGD, as a program written for DDP does.
+own SGD, as a program written for DDP does. --torch-ddp uses torch's own
+torch.nn.parallel.DistributedDataParallel instead, on torch.distributed's "horovod_cpp" backend
+(hvd.init_process_group()).
 --checkpoint PATH: rank 0 alone saves the model and optimizer state after every epoch.
 The run exits non-zero unless the test accuracy reaches --min-accuracy and the weights are
 identical on every rank.
@@ -65,12 +67,18 @@ def main():
     parser.add_argument("--ddp", action="store_true",
                         help="hvd.DistributedDataParallel(model) and torch's SGD, as a DDP "
                              "program has it, instead of hvd.DistributedOptimizer")
+    parser.add_argument("--torch-ddp", action="store_true",
+                        help="torch.nn.parallel.DistributedDataParallel on torch.distributed's "
+                             "horovod_cpp backend, and torch's SGD")
     parser.add_argument("--checkpoint", default="", help="rank 0 saves here after every epoch")
     parser.add_argument("--min-accuracy", type=float, default=0.0,
                         help="exit non-zero below this test accuracy")
     args = parser.parse_args()
-    if args.ddp and (args.adasum or args.staleness or args.local_sgd):
-        parser.error("--ddp averages gradients as DDP does: no --adasum, --staleness, --local-sgd")
+    if (args.ddp or args.torch_ddp) and (args.adasum or args.staleness or args.local_sgd):
+        parser.error("--ddp and --torch-ddp average gradients as DDP does: no --adasum, "
+                     "--staleness, --local-sgd")
+    if args.ddp and args.torch_ddp:
+        parser.error("--ddp or --torch-ddp, not both")
 
     hvd.init()
     torch.manual_seed(1234 + hvd.rank())  # different init per rank: broadcast fixes it
@@ -102,6 +110,13 @@ def main():
         # DDP's way: the module is wrapped (it takes rank 0's weights now and averages the
         # gradients during backward); the optimizer is torch's own.
         model = hvd.DistributedDataParallel(model, compression=compression)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * lr_scale,
+                                    momentum=args.momentum)
+    elif args.torch_ddp:
+        # torch's own DDP, its collectives run by horovod_cpp (the backend "horovod_cpp").
+        hvd.init_process_group()  # under torchrun: dist.init_process_group("horovod_cpp")
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if args.cuda else None)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * lr_scale,
                                     momentum=args.momentum)
     else:
@@ -155,6 +170,8 @@ def main():
     if hvd.rank() == 0:
         print(f"final test accuracy {acc:.4f}; max weight difference across ranks {spread:.3g}; "
               f"{steps * args.epochs / train_time:.1f} steps/s on {device}")
+    if args.torch_ddp:
+        torch.distributed.destroy_process_group()  # it runs on horovod_cpp: before shutdown
     hvd.shutdown()
     if acc < args.min_accuracy or spread != 0:
         sys.exit(1)

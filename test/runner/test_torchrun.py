@@ -195,6 +195,29 @@ def test_with_torch_process_group(tmp_path, mode, rdzv):
 
 
 @needs_gloo
+@pytest.mark.parametrize("how", ["static", "standalone", "env"])
+def test_torch_distributed_backend(tmp_path, how):
+    """init_process_group("horovod_cpp") with no hvd.init() before: horovod_cpp starts from
+    the group's own store; torch.distributed's collectives and torch's DDP run on it."""
+    if how == "env":  # the four variables by hand: rank 0's init_process_group serves the store
+        port = str(_free_port())
+        procs = [subprocess.Popen([sys.executable, WORKER, "backend", str(tmp_path)],
+                                  env={**_env(), "RANK": str(r), "WORLD_SIZE": "2",
+                                       "MASTER_ADDR": "localhost", "MASTER_PORT": port},
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  cwd=ROOT) for r in range(2)]
+        outs = [p.communicate(timeout=LIMIT_S)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs
+        assert _oks(tmp_path) == [0, 1], outs
+        return
+    extra = ["--standalone"] if how == "standalone" else _static()
+    rc, out = _run(_torchrun_cmd(*extra, "--nproc_per_node", "2", WORKER, "backend",
+                                 str(tmp_path)))
+    assert rc == 0, out
+    assert _oks(tmp_path) == [0, 1], out
+
+
+@needs_gloo
 def test_a_failing_rank_ends_the_job(tmp_path):
     rc, out = _run(_torchrun_cmd(*_static(), "--nproc_per_node", "3", WORKER, "fail",
                                  str(tmp_path)))

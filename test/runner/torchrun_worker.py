@@ -4,7 +4,8 @@
 
 MODE: check (every collective's result checked against what this rank computes on its own),
 pg_before / pg_after (torch.distributed.init_process_group before / after hvd.init(), the
-same sums from both), fail (rank 1 exits with 3 after the first collective), restart (rank 1
+same sums from both), backend (init_process_group("horovod_cpp") starts horovod_cpp itself;
+torch.distributed's collectives and torch's DDP run on it), fail (rank 1 exits with 3 after the first collective), restart (rank 1
 of the first attempt exits with 3 after init; the next attempt runs `check`), grow TARGET
 (steps until the job has run 10 at TARGET ranks: a torchrun node joins meanwhile). Each rank
 that gets through writes OUT_DIR/ok.<attempt>.<rank>.
@@ -79,11 +80,42 @@ def grow(out, target):
         time.sleep(0.05)
 
 
+def check_backend():
+    """torch.distributed on the horovod_cpp backend: collectives and one step of torch's DDP
+    whose gradient is the mean of every rank's, each checked against this rank's own sums."""
+    import torch.distributed as dist
+    r, n = hvd.rank(), hvd.size()
+    assert dist.get_backend() == "horovod_cpp", dist.get_backend()
+    assert (dist.get_rank(), dist.get_world_size()) == (r, n)
+    x = torch.arange(6, dtype=torch.float64) * (r + 1)
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(6, dtype=torch.float64) * (n * (n + 1) // 2)), x
+    gathered = [torch.empty(2) for _ in range(n)]
+    dist.all_gather(gathered, torch.full((2,), float(r)))
+    assert all(torch.equal(g, torch.full((2,), float(k))) for k, g in enumerate(gathered))
+    torch.manual_seed(r)  # different starting weights: DDP makes them rank 0's
+    model = torch.nn.Linear(3, 1, bias=False)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    w0 = model.weight.detach().clone()
+    ddp(torch.full((1, 3), float(r + 1))).sum().backward()
+    # d/dw of w.x is x: the mean over the ranks of (r + 1) is (n + 1) / 2 in every element.
+    assert torch.allclose(model.weight.grad, torch.full((1, 3), (n + 1) / 2)), model.weight.grad
+    everyone = [torch.empty_like(w0) for _ in range(n)]
+    dist.all_gather(everyone, w0)
+    assert all(torch.equal(w, everyone[0]) for w in everyone), everyone
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     mode, out = sys.argv[1], sys.argv[2]
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if mode == "pg_before":
         torch.distributed.init_process_group("gloo")
+    if mode == "backend":
+        torch.distributed.init_process_group("horovod_cpp")  # starts horovod_cpp too
+        assert hvd.is_initialized()
+        check_backend()
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     assert (r, n) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])), (r, n)

@@ -1,0 +1,451 @@
+"""The torch.distributed backend "horovod_cpp": torch's own collectives and DDP on this library.
+
+    import horovod_cpp.torch                       # registers the backend
+    dist.init_process_group("horovod_cpp")         # under torchrun, or RANK/WORLD_SIZE/MASTER_*
+    model = torch.nn.parallel.DistributedDataParallel(model)   # torch's DDP, unchanged
+
+    # under mpirun or hvdrun, where torch has no rendezvous of its own:
+    hvd.init(); hvd.init_process_group()
+
+Not in Horovod: for programs written against torch.distributed. Every collective of the
+default group (all_reduce, all_reduce_coalesced, broadcast, all_gather, all_gather_into_tensor,
+reduce, gather, scatter, reduce_scatter, reduce_scatter_tensor, all_to_all, all_to_all_single,
+barrier) runs as a collective of horovod_cpp's global process set: the same engine, fusion,
+checks and copy paths as hvd.allreduce. torch issues a group's collectives in the same order on
+every rank, so they are paired by the library's per-op counters (unnamed collectives).
+
+Refused with an error that says so: collectives of subgroups (`dist.new_group` of some ranks;
+use hvd.add_process_set), point-to-point (send/recv), and the bitwise reductions (BAND, BOR,
+BXOR, PREMUL_SUM).
+"""
+
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .. import _basics, _torchrun
+from .._basics import Average, Max, Min, Product, Sum
+from . import mpi_ops
+
+#: The backend's name, as given to init_process_group.
+BACKEND = "horovod_cpp"
+
+_Work = torch._C._distributed_c10d.Work
+
+
+def _op(reduce_op, what):
+    """horovod_cpp's op for a torch ReduceOp (ValueError for those it has no counterpart of)."""
+    kind = getattr(reduce_op, "op", reduce_op)
+    table = {dist.ReduceOp.SUM: Sum, dist.ReduceOp.AVG: Average, dist.ReduceOp.MIN: Min,
+             dist.ReduceOp.MAX: Max, dist.ReduceOp.PRODUCT: Product}
+    for torch_op, ours in table.items():
+        if kind == getattr(torch_op, "op", torch_op):
+            return ours
+    raise ValueError(f"torch.distributed.{what} on the {BACKEND} backend: op {kind} is not "
+                     "supported (SUM, AVG, MIN, MAX and PRODUCT are)")
+
+
+class _Completer:
+    """One thread per process that waits for the works whose futures were asked for (torch's
+    DDP asks for a future per bucket and waits on it at the end of the backward pass), so
+    that the backward pass goes on while the library reduces."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._queue = []
+        self._thread = None
+
+    def submit(self, work):
+        with self._cv:
+            self._queue.append(work)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="horovod_cpp-c10d",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                work = self._queue.pop(0)
+            work._complete()
+
+
+_completer = _Completer()
+
+
+class _HorovodWork(_Work):
+    """A torch Work over a horovod_cpp handle. finish() waits for the handle and writes the
+    result where torch expects it; it returns the tensors a future of this work holds."""
+
+    def __init__(self, group, finish, tensors):
+        super().__init__()
+        # A future holding CUDA tensors must name their devices (torch checks it).
+        self._devices = sorted({t.device for t in tensors if t.is_cuda}, key=str)
+        self._group = group
+        self._finish = finish
+        self._lock = threading.Lock()
+        self._done = False
+        self._result = None
+        self._error = None
+        self._future = None
+        # torch's C++ callers (DDP, _verify_params_across_processes) drop the Python object
+        # as soon as allreduce() returns and then call wait() or get_future() on the C++
+        # side, which only reaches these overrides while the Python object lives: the group
+        # keeps it until one of them has been called.
+        group._live.add(self)
+
+    def _complete(self):
+        with self._lock:
+            if not self._done:
+                try:
+                    self._result = self._finish()
+                except BaseException as e:  # handed to wait() and to the future
+                    self._error = e
+                self._done = True
+            future = self._future
+        if future is not None and not future.done():
+            if self._error is not None:
+                future.set_exception(self._error)
+            else:
+                future.set_result(self._result)
+
+    def wait(self, timeout=None):
+        self._group._live.discard(self)
+        self._complete()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done
+
+    def is_success(self):
+        return self._done and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def synchronize(self):
+        self.wait()
+
+    def get_future(self):
+        self._group._live.discard(self)
+        with self._lock:
+            if self._future is None:
+                self._future = torch.futures.Future(devices=self._devices or None)
+                done = self._done
+            else:
+                return self._future
+        if done:
+            self._complete()  # sets the future from the result at hand
+        else:
+            _completer.submit(self)
+        return self._future
+
+
+def _flat(tensors):
+    """The tensors' elements in one contiguous 1-D tensor."""
+    return torch.cat([t.reshape(-1) for t in tensors]) if tensors else torch.empty(0)
+
+
+def _scatter_flat(flat, outputs):
+    """Copies consecutive pieces of 1-D `flat` into `outputs`, in order."""
+    offset = 0
+    for out in outputs:
+        n = out.numel()
+        out.copy_(flat[offset:offset + n].view_as(out))
+        offset += n
+
+
+class ProcessGroupHorovod(dist.ProcessGroup):
+    """torch.distributed's ProcessGroup interface over horovod_cpp's global process set."""
+
+    def __init__(self, rank, size):
+        super().__init__(rank, size)
+        self._live = set()
+
+    def getBackendName(self):
+        return BACKEND
+
+    def _work(self, finish, tensors=()):
+        """A work whose wait() runs finish(); tensors: those its future holds."""
+        return _HorovodWork(self, finish, tensors)
+
+    # ---- reductions -------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
+        handles = [mpi_ops.allreduce_async_(t, op=op) for t in tensors]
+        return self._work(lambda: [mpi_ops.synchronize(h) for h in handles], tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                 "all_reduce_coalesced")
+        handle = mpi_ops.grouped_allreduce_async_(list(tensors), op=op)
+        return self._work(lambda: mpi_ops.synchronize(handle), tensors)
+
+    def reduce(self, tensors, opts):
+        op = _op(opts.reduceOp, "reduce")
+        root = opts.rootRank
+        handles = [mpi_ops.allreduce_async(t, op=op) for t in tensors]
+
+        def finish():
+            results = [mpi_ops.synchronize(h) for h in handles]
+            if self.rank() == root:  # only the destination's tensor changes, as in gloo
+                for t, r in zip(tensors, results):
+                    t.copy_(r)
+            return list(tensors)
+        return self._work(finish, tensors)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
+        size = self.size()
+        handles = []
+        for out, inputs in zip(outputs, input_lists):
+            if len(inputs) != size or any(t.numel() != out.numel() for t in inputs):
+                raise ValueError(f"torch.distributed.reduce_scatter on the {BACKEND} backend: "
+                                 f"expected {size} inputs of {out.numel()} elements each, got "
+                                 f"{[t.numel() for t in inputs]}")
+            handles.append(mpi_ops.reducescatter_async(_flat(inputs), op=op))
+
+        def finish():
+            for out, h in zip(outputs, handles):
+                out.copy_(mpi_ops.synchronize(h).view_as(out))
+            return list(outputs)
+        return self._work(finish, outputs)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        if input.numel() != output.numel() * self.size():
+            raise ValueError(f"torch.distributed.reduce_scatter_tensor on the {BACKEND} "
+                             f"backend: input of {input.numel()} elements for an output of "
+                             f"{output.numel()} on {self.size()} ranks")
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                 "reduce_scatter_tensor")
+        handle = mpi_ops.reducescatter_async(input.reshape(-1), op=op)
+
+        def finish():
+            output.copy_(mpi_ops.synchronize(handle).view_as(output))
+            return [output]
+        return self._work(finish, [output])
+
+    # ---- broadcast and gathers --------------------------------------------------------
+    def broadcast(self, tensors, opts):
+        handles = [mpi_ops.broadcast_async_(t, opts.rootRank) for t in tensors]
+        return self._work(lambda: [mpi_ops.synchronize(h) for h in handles], tensors)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        size = self.size()
+        for outs, t in zip(output_lists, inputs):
+            if len(outs) != size:
+                raise ValueError(f"torch.distributed.all_gather on the {BACKEND} backend: "
+                                 f"{len(outs)} output tensors for {size} ranks")
+        handles = [mpi_ops.allgather_async(t.reshape(1, -1)) for t in inputs]
+
+        def finish():
+            for outs, h in zip(output_lists, handles):
+                gathered = mpi_ops.synchronize(h)
+                if gathered.shape[0] != size:
+                    raise RuntimeError(f"torch.distributed.all_gather on the {BACKEND} "
+                                       f"backend: got {gathered.shape[0]} rows for {size} ranks")
+                for out, row in zip(outs, gathered):
+                    out.copy_(row.view_as(out))
+            return list(output_lists)
+        return self._work(finish, inputs)
+
+    def _allgather_base(self, output, input, opts=None):
+        if output.numel() != input.numel() * self.size():
+            raise ValueError(f"torch.distributed.all_gather_into_tensor on the {BACKEND} "
+                             f"backend: output of {output.numel()} elements for an input of "
+                             f"{input.numel()} on {self.size()} ranks")
+        handle = mpi_ops.allgather_async(input.reshape(1, -1))
+
+        def finish():
+            output.copy_(mpi_ops.synchronize(handle).view_as(output))
+            return [output]
+        return self._work(finish, [output])
+
+    def gather(self, output_lists, inputs, opts):
+        root = opts.rootRank
+        handles = [mpi_ops.allgather_async(t.reshape(1, -1)) for t in inputs]
+
+        def finish():
+            gathered = [mpi_ops.synchronize(h) for h in handles]
+            if self.rank() == root:
+                for outs, rows in zip(output_lists, gathered):
+                    for out, row in zip(outs, rows):
+                        out.copy_(row.view_as(out))
+            return list(output_lists)
+        return self._work(finish, inputs)
+
+    def scatter(self, outputs, input_lists, opts):
+        root = opts.rootRank
+        size = self.size()
+        handles = []
+        for i, out in enumerate(outputs):
+            # An alltoall in which only the root sends: piece r to rank r.
+            if self.rank() == root:
+                pieces = input_lists[i]
+                if len(pieces) != size:
+                    raise ValueError(f"torch.distributed.scatter on the {BACKEND} backend: "
+                                     f"{len(pieces)} tensors to scatter over {size} ranks")
+                send = _flat(pieces).to(out.dtype)
+                splits = [p.numel() for p in pieces]
+            else:
+                send = torch.empty(0, dtype=out.dtype, device=out.device)
+                splits = [0] * size
+            handles.append(mpi_ops.alltoall_async(send, splits=splits))
+
+        def finish():
+            for out, h in zip(outputs, handles):
+                received, _ = mpi_ops.synchronize(h)
+                out.copy_(received.view_as(out))
+            return list(outputs)
+        return self._work(finish, outputs)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        size = self.size()
+        rows = input.shape[0] if input.dim() else 0
+        splits = list(input_split_sizes) or [rows // size] * size
+        if sum(splits) != rows or len(splits) != size:
+            raise ValueError(f"torch.distributed.all_to_all_single on the {BACKEND} backend: "
+                             f"input splits {splits} for {rows} rows on {size} ranks")
+        handle = mpi_ops.alltoall_async(input, splits=splits)
+
+        def finish():
+            received, got = mpi_ops.synchronize(handle)
+            want = list(output_split_sizes)
+            if want and [int(g) for g in got] != want:
+                raise RuntimeError(f"torch.distributed.all_to_all_single on the {BACKEND} "
+                                   f"backend: output splits {want} but the ranks sent "
+                                   f"{[int(g) for g in got]} rows")
+            output.copy_(received.view_as(output))
+            return [output]
+        return self._work(finish, [output])
+
+    def alltoall(self, outputs, inputs, opts=None):
+        if len(inputs) != self.size() or len(outputs) != self.size():
+            raise ValueError(f"torch.distributed.all_to_all on the {BACKEND} backend: "
+                             f"{len(inputs)} inputs and {len(outputs)} outputs for "
+                             f"{self.size()} ranks")
+        handle = mpi_ops.alltoall_async(_flat(inputs), splits=[t.numel() for t in inputs])
+
+        def finish():
+            received, _ = mpi_ops.synchronize(handle)
+            _scatter_flat(received, outputs)
+            return list(outputs)
+        return self._work(finish, outputs)
+
+    def barrier(self, opts=None):
+        # Before the work returns, as gloo's: dist.barrier() waits on it at once.
+        mpi_ops.barrier()
+        return self._work(lambda: [])
+
+    # ---- refused ----------------------------------------------------------------------
+    def _no_p2p(self, what):
+        raise RuntimeError(f"torch.distributed.{what} on the {BACKEND} backend: horovod_cpp "
+                           "has collectives only, no point-to-point (use the gloo backend "
+                           "for send/recv)")
+
+    def send(self, tensors, dst, tag=0):
+        self._no_p2p("send")
+
+    def recv(self, tensors, src, tag=0):
+        self._no_p2p("recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        self._no_p2p("recv")
+
+
+class _SubgroupRefused(dist.ProcessGroup):
+    """A subgroup (dist.new_group of some ranks): every collective on it raises. Created
+    instead of raising in new_group itself, where the members would fail and the other ranks
+    would wait for them in torch's store barrier."""
+
+    def __init__(self, rank, size, ranks):
+        super().__init__(rank, size)
+        self._ranks = ranks
+
+    def getBackendName(self):
+        return BACKEND
+
+    def _refuse(self, *args, **kwargs):
+        raise RuntimeError(f"torch.distributed group of ranks {self._ranks} on the {BACKEND} "
+                           "backend: only the default group runs on horovod_cpp; for a subset "
+                           "of ranks use hvd.add_process_set(ranks) and pass process_set= to "
+                           "horovod_cpp's collectives, or give new_group backend='gloo'")
+
+
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
+              "_reduce_scatter_base", "broadcast", "allgather", "_allgather_base", "gather",
+              "scatter", "alltoall_base", "alltoall", "barrier", "send", "recv",
+              "recv_anysource"):
+    setattr(_SubgroupRefused, _name, _SubgroupRefused._refuse)
+
+
+def _create(options, pg_options=None):
+    """The backend's creator (torch's extended API): hvd.init() when the program has not,
+    with the group's store under torchrun."""
+    ranks = list(options.global_ranks_in_group or [])
+    if not _basics.is_initialized():
+        _torchrun.given_store = options.store
+        try:
+            _basics.init()
+        finally:
+            _torchrun.given_store = None
+    if ranks and ranks != list(range(_basics.size())):
+        return _SubgroupRefused(options.group_rank, options.group_size, ranks)
+    if options.group_rank != _basics.rank() or options.group_size != _basics.size():
+        raise ValueError(f"init_process_group(backend={BACKEND!r}): torch says rank "
+                         f"{options.group_rank} of {options.group_size}, horovod_cpp says rank "
+                         f"{_basics.rank()} of {_basics.size()}; launch with torchrun (or set "
+                         "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or under mpirun/hvdrun "
+                         "call hvd.init_process_group()")
+    return ProcessGroupHorovod(options.group_rank, options.group_size)
+
+
+def register():
+    """Registers the backend with torch.distributed (once; import horovod_cpp.torch does)."""
+    if not dist.is_available() or BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
+        return
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+
+
+def init_process_group(timeout=timedelta(minutes=30)):
+    """Makes torch.distributed's default group on the horovod_cpp backend (collective).
+
+    Under torchrun (torch's env:// variables) this is dist.init_process_group("horovod_cpp").
+    Under mpirun or hvdrun, where torch has no rendezvous of its own: hvd.init() if not done,
+    then a torch store served by rank 0 (at MASTER_ADDR if set, else 127.0.0.1 when the job
+    has one host, else rank 0's host name), its port sent to every rank by horovod_cpp."""
+    import os
+    import socket
+    if dist.is_initialized():
+        raise RuntimeError("hvd.init_process_group(): torch.distributed's default group "
+                           "already exists (dist.destroy_process_group() first)")
+    if _torchrun.wanted(os.environ):
+        dist.init_process_group(BACKEND, timeout=timeout)
+        return
+    if not _basics.is_initialized():
+        _basics.init()
+    store = None
+    address = None
+    if _basics.rank() == 0:
+        host = os.environ.get("MASTER_ADDR") or (
+            "127.0.0.1" if _basics.cross_size() == 1 else socket.getfqdn())
+        # Not waiting for the others here: they learn the port only after this returns.
+        store = dist.TCPStore(host, 0, _basics.size(), True, timeout, wait_for_workers=False)
+        address = (host, store.port)
+    from .functions import broadcast_object
+    address = broadcast_object(address, root_rank=0, name="init_process_group.store")
+    if store is None:
+        store = dist.TCPStore(address[0], address[1], _basics.size(), False, timeout)
+    dist.init_process_group(BACKEND, store=store, rank=_basics.rank(),
+                            world_size=_basics.size(), timeout=timeout)

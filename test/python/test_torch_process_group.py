@@ -1,0 +1,215 @@
+"""torch.distributed's backend "horovod_cpp" (horovod_cpp/torch/process_group.py).
+
+The default group is made by hvd.init_process_group() (the mpirun route); every collective
+of torch.distributed is checked element by element against what each rank computes on its
+own from data seeded by rank, and torch's own DistributedDataParallel trains on it with the
+same gradients as a single process over every rank's shard.
+"""
+
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+import horovod_cpp.torch as hvd
+
+
+@pytest.fixture(scope="module", autouse=True)
+def group():
+    hvd.init_process_group()
+    yield
+    dist.destroy_process_group()
+
+
+def seeded(rank, n=7, dtype=torch.float64, salt=0):
+    g = torch.Generator().manual_seed(100 * salt + rank)
+    return (torch.randn(n, generator=g) * 10).to(dtype)
+
+
+def test_the_default_group_is_horovod_cpps(rank, size):
+    assert dist.get_backend() == "horovod_cpp"
+    assert (dist.get_rank(), dist.get_world_size()) == (rank, size)
+
+
+@pytest.mark.parametrize("op, dtype", [
+    (op, dtype) for op in ("SUM", "AVG", "MIN", "MAX", "PRODUCT")
+    for dtype in (torch.float32, torch.float64, torch.int32)
+    if op != "AVG" or dtype.is_floating_point])
+def test_all_reduce(rank, size, op, dtype):
+    t = seeded(rank, dtype=dtype)
+    everyone = torch.stack([seeded(r, dtype=dtype) for r in range(size)])
+    want = {"SUM": lambda: everyone.sum(0), "AVG": lambda: everyone.sum(0) / size,
+            "MIN": lambda: everyone.min(0).values, "MAX": lambda: everyone.max(0).values,
+            "PRODUCT": lambda: everyone.prod(0)}[op]().to(dtype)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+    torch.testing.assert_close(t, want)
+
+
+def test_all_reduce_async_and_non_contiguous(rank, size):
+    base = torch.stack([seeded(rank, 6, salt=s) for s in range(4)])
+    t = base.t()  # not contiguous: the result must land in the view
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    want = sum(torch.stack([seeded(r, 6, salt=s) for s in range(4)]) for r in range(size)).t()
+    torch.testing.assert_close(t, want)
+    assert work.is_completed() and work.is_success()
+
+
+def test_all_reduce_coalesced(rank, size):
+    ts = [seeded(rank, n, salt=n) for n in (1, 5, 9)]
+    dist.all_reduce_coalesced(ts)
+    for n, t in zip((1, 5, 9), ts):
+        torch.testing.assert_close(t, sum(seeded(r, n, salt=n) for r in range(size)))
+
+
+def test_broadcast_from_each_root(rank, size):
+    for root in range(size):
+        t = seeded(rank, 5, salt=root)
+        dist.broadcast(t, src=root)
+        torch.testing.assert_close(t, seeded(root, 5, salt=root))
+
+
+def test_all_gather_and_into_tensor(rank, size):
+    outs = [torch.empty(2, 3) for _ in range(size)]
+    mine = seeded(rank, 6, torch.float32).view(2, 3)
+    dist.all_gather(outs, mine)
+    for r in range(size):
+        torch.testing.assert_close(outs[r], seeded(r, 6, torch.float32).view(2, 3))
+    flat = torch.empty(size * 6)
+    dist._all_gather_base(flat, seeded(rank, 6, torch.float32))
+    torch.testing.assert_close(flat, torch.cat([seeded(r, 6, torch.float32)
+                                                for r in range(size)]))
+
+
+def test_reduce_leaves_other_ranks_unchanged(rank, size):
+    for root in range(size):
+        t = seeded(rank, 4, salt=root)
+        dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+        everyone = torch.stack([seeded(r, 4, salt=root) for r in range(size)])
+        want = everyone.max(0).values if rank == root else seeded(rank, 4, salt=root)
+        torch.testing.assert_close(t, want)
+
+
+def test_gather_and_scatter(rank, size):
+    root = size - 1
+    mine = seeded(rank, 3)
+    gathered = [torch.empty(3, dtype=torch.float64) for _ in range(size)] \
+        if rank == root else None
+    dist.gather(mine, gather_list=gathered, dst=root)
+    if rank == root:
+        for r in range(size):
+            torch.testing.assert_close(gathered[r], seeded(r, 3))
+    out = torch.empty(2, 2, dtype=torch.float64)
+    pieces = [seeded(100 + r, 4).view(2, 2) for r in range(size)] if rank == 0 else None
+    dist.scatter(out, scatter_list=pieces, src=0)
+    torch.testing.assert_close(out, seeded(100 + rank, 4).view(2, 2))
+
+
+def test_reduce_scatter(rank, size):
+    inputs = [seeded(rank, 3, salt=k) for k in range(size)]
+    out = torch.empty(3, dtype=torch.float64)
+    dist.reduce_scatter(out, inputs)
+    torch.testing.assert_close(out, sum(seeded(r, 3, salt=rank) for r in range(size)))
+    whole = seeded(rank, 4 * size, salt=9)
+    piece = torch.empty(4, dtype=torch.float64)
+    dist._reduce_scatter_base(piece, whole)
+    total = sum(seeded(r, 4 * size, salt=9) for r in range(size))
+    torch.testing.assert_close(piece, total[4 * rank:4 * rank + 4])
+
+
+def test_all_to_all_single_uneven_and_all_to_all(rank, size):
+    # Rank r sends r + d + 1 rows of width 2 to rank d, each row holding (r, d, k).
+    send_splits = [rank + d + 1 for d in range(size)]
+    rows = [torch.tensor([[rank, d, k]], dtype=torch.float32)
+            for d in range(size) for k in range(rank + d + 1)]
+    recv_splits = [s + rank + 1 for s in range(size)]
+    out = torch.empty(sum(recv_splits), 3)
+    dist.all_to_all_single(out, torch.cat(rows), recv_splits, send_splits)
+    want = torch.cat([torch.tensor([[s, rank, k]], dtype=torch.float32)
+                      for s in range(size) for k in range(s + rank + 1)])
+    torch.testing.assert_close(out, want)
+    outs = [torch.empty(d + 1) for d in range(size)]
+    dist.all_to_all(outs, [torch.full((rank + 1,), float(10 * rank + d)) for d in range(size)])
+    for s in range(size):
+        torch.testing.assert_close(outs[s], torch.full((s + 1,), float(10 * s + rank)))
+
+
+def test_barrier_and_refusals(rank, size):
+    dist.barrier()
+    with pytest.raises(ValueError, match="BAND"):
+        dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
+    with pytest.raises(RuntimeError, match="point-to-point"):
+        dist.send(torch.ones(1), dst=(rank + 1) % size)
+    # A group of some ranks is refused at its first collective, on its members only.
+    some = list(range(size - 1))
+    sub = dist.new_group(some)
+    if rank in some:
+        with pytest.raises(RuntimeError, match=re.escape(f"ranks {some}") + ".*add_process_set"):
+            dist.all_reduce(torch.ones(1), group=sub)
+    # A group of every rank runs as the default group does.
+    everyone = dist.new_group(list(range(size)))
+    t = torch.full((2,), float(rank + 1))
+    dist.all_reduce(t, group=everyone)
+    torch.testing.assert_close(t, torch.full((2,), float(size * (size + 1) // 2)))
+    # The next collective of the default group works.
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, torch.full((3,), float(sum(range(size)))))
+
+
+def test_a_mismatch_fails_on_every_rank_and_the_next_collective_works(rank, size):
+    t = torch.ones(2 + (rank == 1))
+    with pytest.raises(RuntimeError, match=r"rank 1 sent float32\[3\]"):
+        dist.all_reduce(t)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, torch.full((4,), float(size)))
+
+
+def _model():
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(5, 16), nn.BatchNorm1d(16), nn.Tanh(),
+                         nn.Linear(16, 3)).double()
+
+
+def _shard(step, rank, n=4):
+    g = torch.Generator().manual_seed(7919 * step + rank)
+    return torch.randn(n, 5, generator=g, dtype=torch.float64), \
+        torch.randint(0, 3, (n,), generator=g)
+
+
+@pytest.mark.parametrize("bucket_cap_mb", [25, 0.0001])
+def test_torchs_own_ddp_matches_one_process(rank, size, bucket_cap_mb):
+    """torch.nn.parallel.DistributedDataParallel on this backend: after each step the
+    weights equal a single process's SGD over the mean of every rank's gradient."""
+    model = _model()
+    if rank != 0:  # DDP starts every rank from rank 0's weights
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ref = _model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for step in range(3):
+        opt.zero_grad()
+        x, y = _shard(step, rank)
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        # The reference: each rank's gradient on its own shard (BatchNorm in training mode
+        # normalises by the shard's statistics, as under DDP), averaged.
+        grads = []
+        for r in range(size):
+            ref.zero_grad()
+            xr, yr = _shard(step, r)
+            F.cross_entropy(ref(xr), yr).backward()
+            grads.append([p.grad.clone() for p in ref.parameters()])
+        for i, p in enumerate(ref.parameters()):
+            p.grad = sum(g[i] for g in grads) / size
+        ref_opt.step()
+        for (name, a), b in zip(ddp.module.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12,
+                                       msg=f"step {step} {name}")
