@@ -105,6 +105,11 @@ if has examples; then
         --cuda --ddp --epochs 10 --min-accuracy 0.95 > "$OUT/example_py_ddp_np1.txt" 2>&1
       verdict "example Python --cuda --ddp np 1" $?
       tail -2 "$OUT/example_py_ddp_np1.txt" | tee -a "$SUMMARY"
+      # torch's own DDP on torch.distributed's horovod_cpp backend (CUDA futures, NCCL path)
+      timeout -k 10 240 "${MPI[@]}" "${PYSHARE[@]}" -np 1 python3 examples/python/train_digits.py \
+        --cuda --torch-ddp --epochs 10 --min-accuracy 0.95 > "$OUT/example_py_torch_ddp_np1.txt" 2>&1
+      verdict "example Python --cuda --torch-ddp np 1" $?
+      tail -2 "$OUT/example_py_torch_ddp_np1.txt" | tee -a "$SUMMARY"
     fi
     if [ "$np" -gt 1 ]; then  # Adasum of CUDA gradients (host-staged), default 20 epochs
       timeout -k 10 240 "${MPI[@]}" "${PYSHARE[@]}" -np "$np" python3 examples/python/train_digits.py \

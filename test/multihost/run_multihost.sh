@@ -12,8 +12,8 @@
 #                                                           cut: test/multihost/elastic_netcut.py)
 #   sudo test/multihost/run_multihost.sh --elastic-timings  (scripts/elastic_recovery.py here)
 #   sudo test/multihost/run_multihost.sh --torchrun  (a torchrun agent on each host, 2 workers
-#                                                 each: test/runner/torchrun_worker.py, then
-#                                                 the digits job with --ddp; no hvdrun)
+#                                                 each: test/runner/torchrun_worker.py backend,
+#                                                 then the digits job with --ddp; no hvdrun)
 #   sudo test/multihost/run_multihost.sh --ray    (a Ray cluster whose nodes are the two hosts:
 #                                                 RayExecutor and ElasticRayExecutor, a host
 #                                                 lost and back: test/multihost/ray_hosts.py;
@@ -104,8 +104,10 @@ if [ "$MODE" = torchrun ]; then
     return "$rc"
   }
   mkdir -p "$tmp/oks"
-  torchrun_job "$tmp/out.check" test/runner/torchrun_worker.py check "$tmp/oks" ||
-    { echo "$WHO: FAILED (torchrun_worker.py check)"; exit 1; }
+  # torch.distributed's horovod_cpp backend starts horovod_cpp (its collectives and torch's
+  # DDP checked), then every collective of horovod_cpp itself is checked.
+  torchrun_job "$tmp/out.check" test/runner/torchrun_worker.py backend "$tmp/oks" ||
+    { echo "$WHO: FAILED (torchrun_worker.py backend)"; exit 1; }
   # Every rank got through, ranks 0-1 on h1 and 2-3 on h2, and all met through rank 0's
   # store at h1's address (not loopback).
   for r in 0 1 2 3; do
@@ -113,7 +115,7 @@ if [ "$MODE" = torchrun ]; then
     grep -q "host=$h/node.* store=h1:" "$tmp/oks/ok.0.$r" 2>/dev/null ||
       { echo "$WHO: FAILED (rank $r: $(cat "$tmp/oks/ok.0.$r" 2>&1))"; exit 1; }
   done
-  echo "$WHO: torchrun job PASSED (4 workers on h1:2,h2:2, every collective checked)"
+  echo "$WHO: torchrun job PASSED (4 workers on h1:2,h2:2, every collective checked, through torch.distributed's horovod_cpp backend too)"
   torchrun_job "$tmp/out.digits" examples/python/train_digits.py --ddp --min-accuracy 0.95 ||
     { echo "$WHO: FAILED (train_digits.py --ddp under torchrun)"; exit 1; }
   grep -h "final test accuracy" "$tmp/out.digits.0"

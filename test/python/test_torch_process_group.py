@@ -7,6 +7,7 @@ same gradients as a single process over every rank's shard.
 """
 
 import re
+import time
 
 import pytest
 import torch
@@ -52,6 +53,10 @@ def test_all_reduce_async_and_non_contiguous(rank, size):
     base = torch.stack([seeded(rank, 6, salt=s) for s in range(4)])
     t = base.t()  # not contiguous: the result must land in the view
     work = dist.all_reduce(t, async_op=True)
+    deadline = time.monotonic() + 60
+    while not work.is_completed():  # polls the library's handle
+        assert time.monotonic() < deadline, "is_completed() never became true"
+        time.sleep(0.001)
     work.wait()
     want = sum(torch.stack([seeded(r, 6, salt=s) for s in range(4)]) for r in range(size)).t()
     torch.testing.assert_close(t, want)
@@ -213,3 +218,30 @@ def test_torchs_own_ddp_matches_one_process(rank, size, bucket_cap_mb):
         for (name, a), b in zip(ddp.module.named_parameters(), ref.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12,
                                        msg=f"step {step} {name}")
+
+
+@pytest.mark.parametrize("hook", ["fp16", "powersgd"])
+def test_torchs_ddp_comm_hooks(rank, size, hook):
+    """torch's own DDP communication hooks run on the backend: fp16 compression (within
+    float16's precision) and PowerSGD (its callbacks wait on further all_reduces; a rank-32
+    approximation of these rank-1 gradients is exact up to float32 rounding)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    torch.manual_seed(0)
+    model = nn.Linear(64, 32, bias=False)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    if hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        rtol, atol = 1e-3, 0.0
+    else:
+        state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=32,
+                                       start_powerSGD_iter=2, min_compression_rate=0.5)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+        rtol, atol = 0.0, 1e-4
+    for step in range(4):  # PowerSGD compresses from the third step on
+        model.zero_grad()
+        ddp(torch.full((1, 64), float(rank + 1 + step))).sum().backward()
+        # d(sum(W x))/dW = x in every row: the mean over the ranks of rank + 1 + step.
+        want = torch.full((32, 64), (size + 1) / 2 + step)
+        torch.testing.assert_close(model.weight.grad, want, rtol=rtol, atol=atol,
+                                   msg=f"{hook} step {step}")

@@ -25,9 +25,12 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       reducescatter_async, sparse_allreduce_async, synchronize,
                       synchronize_all)
 from .optimizer import DistributedOptimizer
-from .process_group import init_process_group
-from .process_group import register as _register_backend
 from .semisync import StepGuard
 from .sync_batch_norm import SyncBatchNorm
 
-_register_backend()  # torch.distributed's backend "horovod_cpp"
+import torch.distributed as _dist  # noqa: E402
+
+if _dist.is_available():  # torch.distributed's backend "horovod_cpp"
+    from .process_group import init_process_group  # noqa: E402
+    from .process_group import register as _register_backend  # noqa: E402
+    _register_backend()

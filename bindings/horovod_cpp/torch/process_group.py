@@ -32,7 +32,7 @@ from . import mpi_ops
 #: The backend's name, as given to init_process_group.
 BACKEND = "horovod_cpp"
 
-_Work = torch._C._distributed_c10d.Work
+_Work = getattr(dist, "Work", None) or dist._Work  # torch 2.x's name, else 1.13's
 
 
 def _op(reduce_op, what):
@@ -66,6 +66,10 @@ class _Completer:
                 self._thread.start()
             self._cv.notify()
 
+    def is_current(self):
+        """Whether the calling thread is the completer's (running a future's callbacks)."""
+        return threading.current_thread() is self._thread
+
     def _run(self):
         while True:
             with self._cv:
@@ -82,8 +86,9 @@ class _HorovodWork(_Work):
     """A torch Work over a horovod_cpp handle. finish() waits for the handle and writes the
     result where torch expects it; it returns the tensors a future of this work holds."""
 
-    def __init__(self, group, finish, tensors):
+    def __init__(self, group, handles, finish, tensors):
         super().__init__()
+        self._handles = handles
         # A future holding CUDA tensors must name their devices (torch checks it).
         self._devices = sorted({t.device for t in tensors if t.is_cuda}, key=str)
         self._group = group
@@ -122,7 +127,12 @@ class _HorovodWork(_Work):
         return True
 
     def is_completed(self):
-        return self._done
+        if self._done:
+            return True
+        try:
+            return all(mpi_ops.poll(h) for h in self._handles)
+        except ValueError:  # consumed meanwhile by finish() on another thread
+            return self._done
 
     def is_success(self):
         return self._done and self._error is None
@@ -145,8 +155,10 @@ class _HorovodWork(_Work):
                 done = self._done
             else:
                 return self._future
-        if done:
-            self._complete()  # sets the future from the result at hand
+        if done or _completer.is_current():
+            # Done, or asked from a callback of another future (PowerSGD's hook waits on a
+            # future inside its callbacks): completed here, as the completer is this thread.
+            self._complete()
         else:
             _completer.submit(self)
         return self._future
@@ -176,21 +188,23 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
-    def _work(self, finish, tensors=()):
-        """A work whose wait() runs finish(); tensors: those its future holds."""
-        return _HorovodWork(self, finish, tensors)
+    def _work(self, handles, finish, tensors=()):
+        """A work over horovod_cpp's `handles` whose wait() runs finish(); tensors: those its
+        future holds."""
+        return _HorovodWork(self, handles, finish, tensors)
 
     # ---- reductions -------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
         handles = [mpi_ops.allreduce_async_(t, op=op) for t in tensors]
-        return self._work(lambda: [mpi_ops.synchronize(h) for h in handles], tensors)
+        return self._work(handles, lambda: [mpi_ops.synchronize(h) for h in handles],
+                          tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                  "all_reduce_coalesced")
         handle = mpi_ops.grouped_allreduce_async_(list(tensors), op=op)
-        return self._work(lambda: mpi_ops.synchronize(handle), tensors)
+        return self._work([handle], lambda: mpi_ops.synchronize(handle), tensors)
 
     def reduce(self, tensors, opts):
         op = _op(opts.reduceOp, "reduce")
@@ -203,7 +217,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                 for t, r in zip(tensors, results):
                     t.copy_(r)
             return list(tensors)
-        return self._work(finish, tensors)
+        return self._work(handles, finish, tensors)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
@@ -220,7 +234,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
             for out, h in zip(outputs, handles):
                 out.copy_(mpi_ops.synchronize(h).view_as(out))
             return list(outputs)
-        return self._work(finish, outputs)
+        return self._work(handles, finish, outputs)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         if input.numel() != output.numel() * self.size():
@@ -234,12 +248,13 @@ class ProcessGroupHorovod(dist.ProcessGroup):
         def finish():
             output.copy_(mpi_ops.synchronize(handle).view_as(output))
             return [output]
-        return self._work(finish, [output])
+        return self._work([handle], finish, [output])
 
     # ---- broadcast and gathers --------------------------------------------------------
     def broadcast(self, tensors, opts):
         handles = [mpi_ops.broadcast_async_(t, opts.rootRank) for t in tensors]
-        return self._work(lambda: [mpi_ops.synchronize(h) for h in handles], tensors)
+        return self._work(handles, lambda: [mpi_ops.synchronize(h) for h in handles],
+                          tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         size = self.size()
@@ -258,7 +273,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                 for out, row in zip(outs, gathered):
                     out.copy_(row.view_as(out))
             return list(output_lists)
-        return self._work(finish, inputs)
+        return self._work(handles, finish, inputs)
 
     def _allgather_base(self, output, input, opts=None):
         if output.numel() != input.numel() * self.size():
@@ -270,7 +285,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
         def finish():
             output.copy_(mpi_ops.synchronize(handle).view_as(output))
             return [output]
-        return self._work(finish, [output])
+        return self._work([handle], finish, [output])
 
     def gather(self, output_lists, inputs, opts):
         root = opts.rootRank
@@ -283,7 +298,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                     for out, row in zip(outs, rows):
                         out.copy_(row.view_as(out))
             return list(output_lists)
-        return self._work(finish, inputs)
+        return self._work(handles, finish, inputs)
 
     def scatter(self, outputs, input_lists, opts):
         root = opts.rootRank
@@ -308,7 +323,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                 received, _ = mpi_ops.synchronize(h)
                 out.copy_(received.view_as(out))
             return list(outputs)
-        return self._work(finish, outputs)
+        return self._work(handles, finish, outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         size = self.size()
@@ -328,7 +343,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                                    f"{[int(g) for g in got]} rows")
             output.copy_(received.view_as(output))
             return [output]
-        return self._work(finish, [output])
+        return self._work([handle], finish, [output])
 
     def alltoall(self, outputs, inputs, opts=None):
         if len(inputs) != self.size() or len(outputs) != self.size():
@@ -341,12 +356,12 @@ class ProcessGroupHorovod(dist.ProcessGroup):
             received, _ = mpi_ops.synchronize(handle)
             _scatter_flat(received, outputs)
             return list(outputs)
-        return self._work(finish, outputs)
+        return self._work([handle], finish, outputs)
 
     def barrier(self, opts=None):
         # Before the work returns, as gloo's: dist.barrier() waits on it at once.
         mpi_ops.barrier()
-        return self._work(lambda: [])
+        return self._work([], lambda: [])
 
     # ---- refused ----------------------------------------------------------------------
     def _no_p2p(self, what):
