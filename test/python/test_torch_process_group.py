@@ -174,6 +174,41 @@ def test_a_mismatch_fails_on_every_rank_and_the_next_collective_works(rank, size
     torch.testing.assert_close(t, torch.full((4,), float(size)))
 
 
+def test_a_mistake_on_one_rank_never_leaves_the_others_waiting(rank, size):
+    """Output lists only one rank gets wrong fail on that rank, after the collective, so the
+    others get their results; what the ranks must agree on fails on every rank."""
+    outs = [torch.empty(2) for _ in range(size + (rank == 1))]
+    if rank == 1:
+        with pytest.raises(ValueError, match=f"{size + 1} output tensors for {size} ranks"):
+            dist.all_gather(outs, torch.full((2,), float(rank)))
+    else:
+        dist.all_gather(outs, torch.full((2,), float(rank)))
+        for r in range(size):
+            torch.testing.assert_close(outs[r], torch.full((2,), float(r)))
+    flat = torch.empty(size * 3 + (rank == 1))
+    if rank == 1:
+        with pytest.raises(ValueError, match="all_gather_into_tensor"):
+            dist.all_gather_into_tensor(flat, torch.ones(3))
+    else:
+        dist.all_gather_into_tensor(flat, torch.ones(3))
+        torch.testing.assert_close(flat, torch.ones(size * 3))
+    pieces = [torch.ones(2) for _ in range(size + 1)] if rank == 0 else None
+    with pytest.raises(ValueError, match="scatter"):  # the root's list is wrong: everyone
+        dist.scatter(torch.empty(2), scatter_list=pieces, src=0)
+    # Rows that do not split evenly over the ranks: the library fails it on every rank.
+    with pytest.raises(ValueError, match="not divisible"):
+        dist.all_to_all_single(torch.empty(size + 1), torch.ones(size + 1))
+    # Splits past the rows on rank 1 only: rank 1's library refuses them and still sends the
+    # tensor marked failed, so the others fail too instead of waiting.
+    splits = [1] * size
+    splits[0] += rank == 1
+    with pytest.raises((ValueError, RuntimeError)):
+        dist.all_to_all_single(torch.empty(size), torch.ones(size), input_split_sizes=splits)
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, torch.full((3,), float(sum(range(size)))))
+
+
 def _model():
     torch.manual_seed(3)
     return nn.Sequential(nn.Linear(5, 16), nn.BatchNorm1d(16), nn.Tanh(),

@@ -13,12 +13,18 @@ reduce, gather, scatter, reduce_scatter, reduce_scatter_tensor, all_to_all, all_
 barrier) runs as a collective of horovod_cpp's global process set: the same engine, fusion,
 checks and copy paths as hvd.allreduce. torch issues a group's collectives in the same order on
 every rank, so they are paired by the library's per-op counters (unnamed collectives).
+Arguments that only this rank can get wrong (output lists and sizes) are checked after the
+collective, so that a mistake on one rank never leaves the others waiting for it; what ranks
+must agree on (shapes, splits) is checked by the library, which fails it on every rank.
 
 Refused with an error that says so: collectives of subgroups (`dist.new_group` of some ranks;
 use hvd.add_process_set), point-to-point (send/recv), and the bitwise reductions (BAND, BOR,
 BXOR, PREMUL_SUM).
 """
 
+import atexit
+import collections
+import gc
 import threading
 from datetime import timedelta
 
@@ -35,13 +41,17 @@ BACKEND = "horovod_cpp"
 _Work = getattr(dist, "Work", None) or dist._Work  # torch 2.x's name, else 1.13's
 
 
+#: torch's reductions and horovod_cpp's.
+_OPS = tuple((getattr(torch_op, "op", torch_op), ours) for torch_op, ours in (
+    (dist.ReduceOp.SUM, Sum), (dist.ReduceOp.AVG, Average), (dist.ReduceOp.MIN, Min),
+    (dist.ReduceOp.MAX, Max), (dist.ReduceOp.PRODUCT, Product)))
+
+
 def _op(reduce_op, what):
     """horovod_cpp's op for a torch ReduceOp (ValueError for those it has no counterpart of)."""
     kind = getattr(reduce_op, "op", reduce_op)
-    table = {dist.ReduceOp.SUM: Sum, dist.ReduceOp.AVG: Average, dist.ReduceOp.MIN: Min,
-             dist.ReduceOp.MAX: Max, dist.ReduceOp.PRODUCT: Product}
-    for torch_op, ours in table.items():
-        if kind == getattr(torch_op, "op", torch_op):
+    for torch_op, ours in _OPS:
+        if kind == torch_op:
             return ours
     raise ValueError(f"torch.distributed.{what} on the {BACKEND} backend: op {kind} is not "
                      "supported (SUM, AVG, MIN, MAX and PRODUCT are)")
@@ -54,7 +64,7 @@ class _Completer:
 
     def __init__(self):
         self._cv = threading.Condition()
-        self._queue = []
+        self._queue = collections.deque()
         self._thread = None
 
     def submit(self, work):
@@ -75,34 +85,36 @@ class _Completer:
             with self._cv:
                 while not self._queue:
                     self._cv.wait()
-                work = self._queue.pop(0)
+                work = self._queue.popleft()
             work._complete()
 
 
 _completer = _Completer()
+
+#: The works not yet waited on: torch's C++ callers (DDP, _verify_params_across_processes)
+#: drop the Python object as soon as the collective returns and then call wait() or
+#: get_future() on the C++ side, which only reaches the overrides while the Python object
+#: lives. Kept here, not in the group, so that no cycle holds a group (and torch's objects
+#: that hold it, such as DDP's reducer) until the interpreter's end, where freeing them aborts.
+_live = set()
 
 
 class _HorovodWork(_Work):
     """A torch Work over a horovod_cpp handle. finish() waits for the handle and writes the
     result where torch expects it; it returns the tensors a future of this work holds."""
 
-    def __init__(self, group, handles, finish, tensors):
+    def __init__(self, handles, finish, tensors):
         super().__init__()
         self._handles = handles
         # A future holding CUDA tensors must name their devices (torch checks it).
         self._devices = sorted({t.device for t in tensors if t.is_cuda}, key=str)
-        self._group = group
         self._finish = finish
         self._lock = threading.Lock()
         self._done = False
         self._result = None
         self._error = None
         self._future = None
-        # torch's C++ callers (DDP, _verify_params_across_processes) drop the Python object
-        # as soon as allreduce() returns and then call wait() or get_future() on the C++
-        # side, which only reaches these overrides while the Python object lives: the group
-        # keeps it until one of them has been called.
-        group._live.add(self)
+        _live.add(self)  # until wait() or get_future()
 
     def _complete(self):
         with self._lock:
@@ -120,7 +132,7 @@ class _HorovodWork(_Work):
                 future.set_result(self._result)
 
     def wait(self, timeout=None):
-        self._group._live.discard(self)
+        _live.discard(self)
         self._complete()
         if self._error is not None:
             raise self._error
@@ -148,7 +160,7 @@ class _HorovodWork(_Work):
         self.wait()
 
     def get_future(self):
-        self._group._live.discard(self)
+        _live.discard(self)
         with self._lock:
             if self._future is None:
                 self._future = torch.futures.Future(devices=self._devices or None)
@@ -183,7 +195,6 @@ class ProcessGroupHorovod(dist.ProcessGroup):
 
     def __init__(self, rank, size):
         super().__init__(rank, size)
-        self._live = set()
 
     def getBackendName(self):
         return BACKEND
@@ -191,7 +202,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def _work(self, handles, finish, tensors=()):
         """A work over horovod_cpp's `handles` whose wait() runs finish(); tensors: those its
         future holds."""
-        return _HorovodWork(self, handles, finish, tensors)
+        return _HorovodWork(handles, finish, tensors)
 
     # ---- reductions -------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -222,33 +233,38 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def reduce_scatter(self, outputs, input_lists, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
         size = self.size()
-        handles = []
-        for out, inputs in zip(outputs, input_lists):
-            if len(inputs) != size or any(t.numel() != out.numel() for t in inputs):
-                raise ValueError(f"torch.distributed.reduce_scatter on the {BACKEND} backend: "
-                                 f"expected {size} inputs of {out.numel()} elements each, got "
-                                 f"{[t.numel() for t in inputs]}")
-            handles.append(mpi_ops.reducescatter_async(_flat(inputs), op=op))
+        handles = [mpi_ops.reducescatter_async(_flat(inputs), op=op) for inputs in input_lists]
 
         def finish():
-            for out, h in zip(outputs, handles):
-                out.copy_(mpi_ops.synchronize(h).view_as(out))
+            results = [mpi_ops.synchronize(h) for h in handles]
+            for out, inputs, result in zip(outputs, input_lists, results):
+                if len(inputs) != size or any(t.numel() != out.numel() for t in inputs):
+                    raise ValueError(f"torch.distributed.reduce_scatter on the {BACKEND} "
+                                     f"backend: expected {size} inputs of {out.numel()} "
+                                     f"elements each, got {[t.numel() for t in inputs]}")
+                out.copy_(result.view_as(out))
             return list(outputs)
         return self._work(handles, finish, outputs)
 
-    def _reduce_scatter_base(self, output, input, opts=None):
-        if input.numel() != output.numel() * self.size():
-            raise ValueError(f"torch.distributed.reduce_scatter_tensor on the {BACKEND} "
-                             f"backend: input of {input.numel()} elements for an output of "
-                             f"{output.numel()} on {self.size()} ranks")
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
-                 "reduce_scatter_tensor")
-        handle = mpi_ops.reducescatter_async(input.reshape(-1), op=op)
-
+    def _into(self, handle, output, what, input):
+        """A work that copies the handle's 1-D result into `output`, which must hold the
+        input's elements times the group's size (all_gather_into_tensor) or divided by it
+        (reduce_scatter_tensor): checked after the collective, on this rank."""
         def finish():
-            output.copy_(mpi_ops.synchronize(handle).view_as(output))
+            result = mpi_ops.synchronize(handle)
+            if result.numel() != output.numel():
+                raise ValueError(f"torch.distributed.{what} on the {BACKEND} backend: output "
+                                 f"of {output.numel()} elements for an input of "
+                                 f"{input.numel()} on {self.size()} ranks")
+            output.copy_(result.view_as(output))
             return [output]
         return self._work([handle], finish, [output])
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
+                 "reduce_scatter_tensor")
+        return self._into(mpi_ops.reducescatter_async(input.reshape(-1), op=op), output,
+                          "reduce_scatter_tensor", input)
 
     # ---- broadcast and gathers --------------------------------------------------------
     def broadcast(self, tensors, opts):
@@ -258,34 +274,23 @@ class ProcessGroupHorovod(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         size = self.size()
-        for outs, t in zip(output_lists, inputs):
-            if len(outs) != size:
-                raise ValueError(f"torch.distributed.all_gather on the {BACKEND} backend: "
-                                 f"{len(outs)} output tensors for {size} ranks")
         handles = [mpi_ops.allgather_async(t.reshape(1, -1)) for t in inputs]
 
         def finish():
-            for outs, h in zip(output_lists, handles):
-                gathered = mpi_ops.synchronize(h)
-                if gathered.shape[0] != size:
-                    raise RuntimeError(f"torch.distributed.all_gather on the {BACKEND} "
-                                       f"backend: got {gathered.shape[0]} rows for {size} ranks")
+            results = [mpi_ops.synchronize(h) for h in handles]
+            for outs, gathered in zip(output_lists, results):
+                if len(outs) != size:
+                    raise ValueError(f"torch.distributed.all_gather on the {BACKEND} "
+                                     f"backend: {len(outs)} output tensors for {size} ranks")
                 for out, row in zip(outs, gathered):
                     out.copy_(row.view_as(out))
             return list(output_lists)
         return self._work(handles, finish, inputs)
 
     def _allgather_base(self, output, input, opts=None):
-        if output.numel() != input.numel() * self.size():
-            raise ValueError(f"torch.distributed.all_gather_into_tensor on the {BACKEND} "
-                             f"backend: output of {output.numel()} elements for an input of "
-                             f"{input.numel()} on {self.size()} ranks")
-        handle = mpi_ops.allgather_async(input.reshape(1, -1))
-
-        def finish():
-            output.copy_(mpi_ops.synchronize(handle).view_as(output))
-            return [output]
-        return self._work([handle], finish, [output])
+        # One row per rank: inputs that differ across ranks fail in the library, everywhere.
+        return self._into(mpi_ops.allgather_async(input.reshape(1, -1)), output,
+                          "all_gather_into_tensor", input)
 
     def gather(self, output_lists, inputs, opts):
         root = opts.rootRank
@@ -304,13 +309,14 @@ class ProcessGroupHorovod(dist.ProcessGroup):
         root = opts.rootRank
         size = self.size()
         handles = []
+        wrong = None
         for i, out in enumerate(outputs):
-            # An alltoall in which only the root sends: piece r to rank r.
-            if self.rank() == root:
-                pieces = input_lists[i]
-                if len(pieces) != size:
-                    raise ValueError(f"torch.distributed.scatter on the {BACKEND} backend: "
-                                     f"{len(pieces)} tensors to scatter over {size} ranks")
+            # An alltoall in which only the root sends: piece r to rank r. A root given the
+            # wrong number of pieces sends nothing (the others then raise on what arrived).
+            pieces = input_lists[i] if self.rank() == root else []
+            if self.rank() == root and len(pieces) != size:
+                wrong = f"{len(pieces)} tensors to scatter over {size} ranks"
+            if self.rank() == root and wrong is None:
                 send = _flat(pieces).to(out.dtype)
                 splits = [p.numel() for p in pieces]
             else:
@@ -319,20 +325,24 @@ class ProcessGroupHorovod(dist.ProcessGroup):
             handles.append(mpi_ops.alltoall_async(send, splits=splits))
 
         def finish():
-            for out, h in zip(outputs, handles):
-                received, _ = mpi_ops.synchronize(h)
-                out.copy_(received.view_as(out))
+            received = [mpi_ops.synchronize(h)[0] for h in handles]
+            for out, got in zip(outputs, received):
+                if wrong is None and got.numel() != out.numel():
+                    raise ValueError(f"torch.distributed.scatter on the {BACKEND} backend: "
+                                     f"{got.numel()} elements from rank {root} for an output "
+                                     f"of {out.numel()}")
+                if wrong is None:
+                    out.copy_(got.view_as(out))
+            if wrong is not None:
+                raise ValueError(f"torch.distributed.scatter on the {BACKEND} backend: "
+                                 f"{wrong}")
             return list(outputs)
         return self._work(handles, finish, outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        size = self.size()
-        rows = input.shape[0] if input.dim() else 0
-        splits = list(input_split_sizes) or [rows // size] * size
-        if sum(splits) != rows or len(splits) != size:
-            raise ValueError(f"torch.distributed.all_to_all_single on the {BACKEND} backend: "
-                             f"input splits {splits} for {rows} rows on {size} ranks")
-        handle = mpi_ops.alltoall_async(input, splits=splits)
+        # Splits of the wrong length or sum, or an uneven default split, fail in the library,
+        # on every rank.
+        handle = mpi_ops.alltoall_async(input, splits=list(input_split_sizes) or None)
 
         def finish():
             received, got = mpi_ops.synchronize(handle)
@@ -346,14 +356,17 @@ class ProcessGroupHorovod(dist.ProcessGroup):
         return self._work([handle], finish, [output])
 
     def alltoall(self, outputs, inputs, opts=None):
-        if len(inputs) != self.size() or len(outputs) != self.size():
-            raise ValueError(f"torch.distributed.all_to_all on the {BACKEND} backend: "
-                             f"{len(inputs)} inputs and {len(outputs)} outputs for "
-                             f"{self.size()} ranks")
+        # A splits list of the wrong length fails in the library, on every rank.
         handle = mpi_ops.alltoall_async(_flat(inputs), splits=[t.numel() for t in inputs])
 
         def finish():
             received, _ = mpi_ops.synchronize(handle)
+            if len(outputs) != self.size() or received.numel() != sum(
+                    t.numel() for t in outputs):
+                raise ValueError(f"torch.distributed.all_to_all on the {BACKEND} backend: "
+                                 f"{len(outputs)} outputs of {sum(t.numel() for t in outputs)} "
+                                 f"elements for {received.numel()} received from "
+                                 f"{self.size()} ranks")
             _scatter_flat(received, outputs)
             return list(outputs)
         return self._work([handle], finish, outputs)
@@ -431,6 +444,11 @@ def register():
     if not dist.is_available() or BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+    # A group of this backend is a Python object that torch's C++ objects hold (DDP's reducer
+    # among them). Freed by the interpreter's final teardown, where such objects in reference
+    # cycles end up, it aborts the process ("terminate called without an active exception"):
+    # the garbage is collected at exit, while the interpreter still runs.
+    atexit.register(gc.collect)
 
 
 def init_process_group(timeout=timedelta(minutes=30)):
