@@ -15,8 +15,9 @@ DDP is torch.distributed with gloo (its defaults: 25 MiB buckets) over loopback;
 port is chosen by rank 0 and sent to the others through horovod_cpp. The variants take turns,
 one step each, for --steps turns after --warmup; a step's time is the slowest rank's. Variants:
 floor, ddp (torch's), hvd (DistributedOptimizer), hvd_ddp (horovod_cpp's DDP wrapper around
-torch's SGD), ddp_hvd (torch's DDP on a group of torch.distributed's "horovod_cpp" backend). Printed: each variant's median step, each exchange (the median over turns of the
-step's time minus the floor's in the same turn) and the ratio of ours to DDP's.
+torch's SGD), ddp_hvd (torch's DDP on a group of torch.distributed's "horovod_cpp" backend).
+Printed: each variant's median step, each exchange (the median over turns of the step's time
+minus the floor's in the same turn) and the ratio of ours to DDP's.
 
 --smoke runs a few steps of each variant and checks that every rank's parameters are equal
 to each other and to the SGD result computed here independently: c is chosen so that every

@@ -5,8 +5,9 @@
 MODE: check (every collective's result checked against what this rank computes on its own),
 pg_before / pg_after (torch.distributed.init_process_group before / after hvd.init(), the
 same sums from both), backend (init_process_group("horovod_cpp") starts horovod_cpp itself;
-torch.distributed's collectives and torch's DDP run on it), fail (rank 1 exits with 3 after the first collective), restart (rank 1
-of the first attempt exits with 3 after init; the next attempt runs `check`), grow TARGET
+torch.distributed's collectives and torch's DDP run on it), fail (rank 1 exits with 3 after
+the first collective), restart (rank 1 of the first attempt exits with 3 after init; the next
+attempt runs `check`), grow TARGET
 (steps until the job has run 10 at TARGET ranks: a torchrun node joins meanwhile). Each rank
 that gets through writes OUT_DIR/ok.<attempt>.<rank>.
 """
