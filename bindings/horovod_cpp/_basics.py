@@ -259,6 +259,11 @@ class ProcessSet:
     size(), rank() and included() return None.
     """
 
+    #: Registered implicitly, for a torch.distributed group of these ranks (the torch
+    #: backend's new_group): an add_process_set of the same ranks takes its id over instead
+    #: of failing.
+    _implicit = False
+
     def __init__(self, ranks_or_comm):
         self.process_set_id = None
         if hasattr(ranks_or_comm, "py2f"):
@@ -375,6 +380,12 @@ def add_process_set(process_set):
     process_set._resolve_comm()
     if not _C.is_initialized():
         raise NotInitializedError("horovod_cpp: add_process_set() called before init()")
+    implicit = [ps for i, ps in _registry.items()
+                if i != 0 and ps._implicit and list(ps.ranks) == list(process_set.ranks)]
+    if implicit:  # registered on every rank already: taken over here, on every rank
+        process_set.process_set_id = implicit[0].process_set_id
+        _registry[process_set.process_set_id] = process_set
+        return process_set
     _check_distinct([process_set.ranks],
                     [ps.ranks for i, ps in _registry.items() if i != 0])
     process_set.process_set_id = _C.add_process_set(list(process_set.ranks))

@@ -34,9 +34,13 @@ inline void clear_bit(std::vector<uint64_t>& v, size_t word0, uint32_t bit) {
   v[word0 + bit / 64] &= ~(1ull << (bit % 64));
 }
 
-std::string ranks_str(const std::vector<int>& ranks) {
+// Ranks of the set as messages name them: `names[r]` (global ranks) when given.
+std::string ranks_str(const std::vector<int>& ranks, const std::vector<int>& names) {
   std::ostringstream os;
-  for (size_t i = 0; i < ranks.size() && i < 16; ++i) os << (i ? "," : "") << ranks[i];
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) {
+    const size_t r = static_cast<size_t>(ranks[i]);
+    os << (i ? "," : "") << (r < names.size() ? names[r] : ranks[i]);
+  }
   if (ranks.size() > 16) os << ",... (" << ranks.size() << " ranks)";
   return os.str();
 }
@@ -392,7 +396,7 @@ ResponseList Controller::coordinate(const std::vector<RequestList>& lists, bool 
     out.shutdown = true;
     out.shutdown_reason = std::string("horovod_cpp was shut down: ") +
                           (shutdown_ranks.size() == 1 ? "rank " : "ranks ") +
-                          ranks_str(shutdown_ranks) + " called shutdown()";
+                          ranks_str(shutdown_ranks, options_.rank_names) + " called shutdown()";
   }
   return out;
 }
@@ -402,7 +406,7 @@ void Controller::emit_ready(const std::string& /*name*/, TableEntry& entry,
   std::vector<const Request*> reqs;
   reqs.reserve(entry.by_rank.size());
   for (auto& q : entry.by_rank) reqs.push_back(q ? &*q : nullptr);
-  Response resp = build_response(reqs);
+  Response resp = build_response(reqs, options_.rank_names);
   if (resp.op == OpType::kJoin) resp.root = last_joined_;
   if (resp.group.empty() || resp.group_size <= 1) {
     out->push_back(std::move(resp));
@@ -501,8 +505,9 @@ std::string Controller::build_stall_report(const std::vector<RequestList>& lists
       if (!std::binary_search(have.begin(), have.end(), r)) missing.push_back(r);
     }
     os << (stalled++ ? "; " : "") << what << " waited " << static_cast<long long>(age)
-       << " s: submitted by " << (have.size() == 1 ? "rank " : "ranks ") << ranks_str(have)
-       << ", missing on " << (missing.size() == 1 ? "rank " : "ranks ") << ranks_str(missing);
+       << " s: submitted by " << (have.size() == 1 ? "rank " : "ranks ")
+       << ranks_str(have, options_.rank_names) << ", missing on "
+       << (missing.size() == 1 ? "rank " : "ranks ") << ranks_str(missing, options_.rank_names);
     if (options_.stall_shutdown_seconds > 0 && age >= options_.stall_shutdown_seconds) {
       *shutdown = true;
     }

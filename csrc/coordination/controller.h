@@ -59,6 +59,9 @@ struct ControllerOptions {
   double stall_check_seconds = 60.0;
   bool stall_check_disabled = false;
   double stall_shutdown_seconds = 0.0;  ///< 0: never shut down for a stall
+  /// The global rank of each rank of the set, which error and stall messages name (empty:
+  /// the set is the global one, whose ranks are global ranks).
+  std::vector<int> rank_names;
   /// HOROVOD_CPP_TEST_CORRUPT_RESPONSE (tests only): rank 0 corrupts its responses to tensors
   /// named "hvd_corrupt.*" this way before broadcasting them (corrupt_response_for_test()).
   std::string test_corrupt_response;

@@ -16,9 +16,14 @@ std::string fmt_double(double d) {
   return os.str();
 }
 
+// How messages name rank r of the set: its global rank when `names` gives them.
+int shown(const std::vector<int>& names, size_t r) {
+  return r < names.size() ? names[r] : static_cast<int>(r);
+}
+
 // "rank 0 sent X, ranks 2,3 sent Y": ranks grouped by the value `describe` gives them, in
 // order of first appearance. Empty when all ranks agree.
-std::string disagreement(const std::vector<const Request*>& reqs,
+std::string disagreement(const std::vector<const Request*>& reqs, const std::vector<int>& names,
                          const std::function<std::string(const Request&)>& describe) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (size_t r = 0; r < reqs.size(); ++r) {
@@ -26,9 +31,9 @@ std::string disagreement(const std::vector<const Request*>& reqs,
     std::string v = describe(*reqs[r]);
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
     if (it == groups.end()) {
-      groups.push_back({v, {static_cast<int>(r)}});
+      groups.push_back({v, {shown(names, r)}});
     } else {
-      it->second.push_back(static_cast<int>(r));
+      it->second.push_back(shown(names, r));
     }
   }
   if (groups.size() <= 1) return "";
@@ -51,7 +56,7 @@ std::string disagreement(const std::vector<const Request*>& reqs,
 // NCCL, whose counts are size_t: they get a bound of 2^48 (more than any device holds) so
 // that sizes other ranks announce never reach NCCL, the allocator or the byte offsets derived
 // from them near int64 overflow. Empty when within the limits.
-std::string size_limit(const Response& resp, int n) {
+std::string size_limit(const Response& resp, int n, const std::vector<int>& names) {
   const bool cpu = resp.device.is_cpu();
   const int64_t kMax = cpu ? 0x7fffffffLL : (1LL << 48);
   const std::string max_text = cpu ? "2^31-1" : "2^48";
@@ -83,9 +88,9 @@ std::string size_limit(const Response& resp, int n) {
       const int64_t send_bytes = saturating_mul(saturating_mul(send, row), esize);
       const int64_t recv_bytes = saturating_mul(saturating_mul(recv, row), esize);
       if (std::max(send_bytes, recv_bytes) > kMax) {
-        return "rank " + std::to_string(r) + " would send " + std::to_string(send_bytes) +
-               " and receive " + std::to_string(recv_bytes) + " bytes; " + plane +
-               " moves at most " + max_text + " bytes per rank per alltoall";
+        return "rank " + std::to_string(shown(names, static_cast<size_t>(r))) + " would send " +
+               std::to_string(send_bytes) + " and receive " + std::to_string(recv_bytes) +
+               " bytes; " + plane + " moves at most " + max_text + " bytes per rank per alltoall";
       }
     }
   } else if (resp.op == OpType::kReducescatter && num_elements(resp.shape) > kMax) {
@@ -101,7 +106,7 @@ std::string typed_shape(const Request& q) {
 
 }  // namespace
 
-Response build_response(const std::vector<const Request*>& reqs) {
+Response build_response(const std::vector<const Request*>& reqs, const std::vector<int>& names) {
   std::vector<int> joined;
   const Request* first_ptr = nullptr;
   for (size_t r = 0; r < reqs.size(); ++r) {
@@ -131,7 +136,9 @@ Response build_response(const std::vector<const Request*>& reqs) {
     int nfailed = 0;
     for (size_t r = 0; r < reqs.size(); ++r) {
       if (!reqs[r] || reqs[r]->error.empty()) continue;
-      if (nfailed < 8) failed << (nfailed ? "; " : "") << "rank " << r << ": " << reqs[r]->error;
+      if (nfailed < 8) {
+        failed << (nfailed ? "; " : "") << "rank " << shown(names, r) << ": " << reqs[r]->error;
+      }
       ++nfailed;
     }
     if (nfailed > 0) {
@@ -157,13 +164,16 @@ Response build_response(const std::vector<const Request*>& reqs) {
                      : q->shape == first.shape);
   }
   if (identical && first.op != OpType::kAllgather && first.op != OpType::kAlltoall) {
-    if (auto limit = size_limit(resp, static_cast<int>(reqs.size())); !limit.empty()) {
+    if (auto limit = size_limit(resp, static_cast<int>(reqs.size()), names); !limit.empty()) {
       resp.error = std::string(op_type_name(first.op)) + " '" + first.name + "': " + limit;
     }
     return resp;
   }
 
   const std::string prefix = "'" + first.name + "': ";
+  auto differ = [&](const std::function<std::string(const Request&)>& describe) {
+    return disagreement(reqs, names, describe);
+  };
   auto fail = [&](const std::string& what, const std::string& detail) {
     resp.error = what + " " + prefix + detail;
     return resp;
@@ -171,22 +181,23 @@ Response build_response(const std::vector<const Request*>& reqs) {
   const std::string op = op_type_name(first.op);
   const int n = static_cast<int>(reqs.size());
 
-  if (auto d = disagreement(reqs, [](const Request& q) { return std::string(op_type_name(q.op)); });
+  if (auto d = differ([](const Request& q) { return std::string(op_type_name(q.op)); });
       !d.empty()) {
     return fail("mismatched collective for", d);
   }
   if (!joined.empty() && first.op != OpType::kAllreduce) {
     std::string ranks;
-    for (size_t i = 0; i < joined.size(); ++i) ranks += (i ? "," : "") + std::to_string(joined[i]);
+    for (size_t i = 0; i < joined.size(); ++i) {
+      ranks += (i ? "," : "") + std::to_string(shown(names, static_cast<size_t>(joined[i])));
+    }
     return fail(op, std::string(joined.size() == 1 ? "rank " : "ranks ") + ranks +
                         " joined (hvd::join()) and cannot take part; while ranks have joined "
                         "only allreduce runs (the joined ranks contribute zeros)");
   }
-  if (auto d = disagreement(reqs, [](const Request& q) { return q.device.str() + " tensor"; });
-      !d.empty()) {
+  if (auto d = differ([](const Request& q) { return q.device.str() + " tensor"; }); !d.empty()) {
     return fail(op, d);
   }
-  if (auto d = disagreement(reqs, [](const Request& q) {
+  if (auto d = differ([](const Request& q) {
         return q.group.empty() ? std::string("it ungrouped")
                                : "it in a group of " + std::to_string(q.group_size);
       });
@@ -197,11 +208,11 @@ Response build_response(const std::vector<const Request*>& reqs) {
     case OpType::kAllreduce:
     case OpType::kBroadcast:
     case OpType::kReducescatter:
-      if (auto d = disagreement(reqs, typed_shape); !d.empty()) return fail(op, d);
+      if (auto d = differ(typed_shape); !d.empty()) return fail(op, d);
       break;
     case OpType::kAlltoall:
     case OpType::kAllgather: {
-      if (auto d = disagreement(reqs, [](const Request& q) { return std::string(dtype_name(q.dtype)); });
+      if (auto d = differ([](const Request& q) { return std::string(dtype_name(q.dtype)); });
           !d.empty()) {
         return fail(op, d);
       }
@@ -211,7 +222,7 @@ Response build_response(const std::vector<const Request*>& reqs) {
         Shape t(q.shape.begin() + 1, q.shape.end());
         return std::to_string(q.shape.size()) + "-d with trailing dims " + shape_str(t);
       };
-      if (auto d = disagreement(reqs, tail); !d.empty()) return fail(op, d);
+      if (auto d = differ(tail); !d.empty()) return fail(op, d);
       if (first.shape.empty()) return fail(op, "cannot exchange scalars");
       for (const auto* q : reqs) resp.first_dims.push_back(q->shape[0]);
       if (first.op == OpType::kAlltoall) {
@@ -228,15 +239,14 @@ Response build_response(const std::vector<const Request*>& reqs) {
     case OpType::kJoin:
       break;
   }
-  if (auto limit = size_limit(resp, n); !limit.empty()) return fail(op, limit);
+  if (auto limit = size_limit(resp, n, names); !limit.empty()) return fail(op, limit);
   if (first.op == OpType::kAllreduce || first.op == OpType::kReducescatter) {
-    if (auto d = disagreement(reqs, [](const Request& q) {
-          return std::string("op ") + reduce_op_name(q.reduce_op);
-        });
+    if (auto d = differ(
+            [](const Request& q) { return std::string("op ") + reduce_op_name(q.reduce_op); });
         !d.empty()) {
       return fail(op, d);
     }
-    if (auto d = disagreement(reqs, [](const Request& q) {
+    if (auto d = differ([](const Request& q) {
           return "prescale_factor " + fmt_double(q.prescale) + " and postscale_factor " +
                  fmt_double(q.postscale);
         });
@@ -245,7 +255,7 @@ Response build_response(const std::vector<const Request*>& reqs) {
     }
   }
   if (first.op == OpType::kBroadcast) {
-    if (auto d = disagreement(reqs, [](const Request& q) { return "root " + std::to_string(q.root); });
+    if (auto d = differ([](const Request& q) { return "root " + std::to_string(q.root); });
         !d.empty()) {
       return fail(op, d);
     }

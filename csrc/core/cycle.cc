@@ -27,6 +27,7 @@ Cycle::Cycle(int set_id, const std::vector<int>& global_ranks, int rank, SetPlan
   copts.stall_check_disabled = config.stall_check_disabled;
   copts.stall_shutdown_seconds = config.stall_shutdown_seconds;
   copts.test_corrupt_response = config.test_corrupt_response;
+  if (set_id != 0) copts.rank_names = global_ranks;  // messages name global ranks
   controller_ = std::make_unique<Controller>(planes_->control.get(), copts);
   // Every fresh response is checked against this rank's own request before anything is sized
   // from it (the joined state is the one execute() will see: the join response clears it).

@@ -293,13 +293,13 @@ void TensorTable::check_responses(const std::vector<Response>& responses, bool j
     if (at == NameIndex::kNone || pool_[at].state != PlaceState::kPending) {
       // A joined rank runs allreduces it did not submit, with zeros (take_entries()).
       if (!(joined && r.op == OpType::kAllreduce)) {
-        (*problems)[i] = "rank " + std::to_string(rank_) + " has not submitted it";
+        (*problems)[i] = "rank " + std::to_string(global_rank_) + " has not submitted it";
       }
       continue;
     }
     if (!pool_[at].asked_known) {
       // Only a request sent in full gets a fresh response: this one went as a cache bit.
-      (*problems)[i] = "rank " + std::to_string(rank_) + " has not sent its request in full";
+      (*problems)[i] = "rank " + std::to_string(global_rank_) + " has not sent its request in full";
       continue;
     }
     const Status s = check_response_against_request(r, pool_[at].entry.asked_for(), rank_, set_size);

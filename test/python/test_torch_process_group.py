@@ -16,6 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod_cpp.torch as hvd
+from horovod_cpp.torch import process_group
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -148,11 +149,13 @@ def test_barrier_and_refusals(rank, size):
         dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND)
     with pytest.raises(RuntimeError, match="point-to-point"):
         dist.send(torch.ones(1), dst=(rank + 1) % size)
-    # A group of some ranks is refused at its first collective, on its members only.
+    # A group of some ranks made by torch's own new_group, which horovod_cpp does not see (as
+    # when bound before horovod_cpp.torch was imported): refused at its first collective, on
+    # its members only.
     some = list(range(size - 1))
-    sub = dist.new_group(some)
+    sub = dist.new_group._horovod_cpp_torch_new_group(some)
     if rank in some:
-        with pytest.raises(RuntimeError, match=re.escape(f"ranks {some}") + ".*add_process_set"):
+        with pytest.raises(RuntimeError, match=re.escape(f"ranks {some}") + ".*imported"):
             dist.all_reduce(torch.ones(1), group=sub)
     # A group of every rank runs as the default group does.
     everyone = dist.new_group(list(range(size)))
@@ -221,16 +224,17 @@ def _shard(step, rank, n=4):
         torch.randint(0, 3, (n,), generator=g)
 
 
-@pytest.mark.parametrize("bucket_cap_mb", [25, 0.0001])
-def test_torchs_own_ddp_matches_one_process(rank, size, bucket_cap_mb):
-    """torch.nn.parallel.DistributedDataParallel on this backend: after each step the
-    weights equal a single process's SGD over the mean of every rank's gradient."""
+def _ddp_matches_one_process(rank, members, group=None, bucket_cap_mb=25):
+    """torch.nn.parallel.DistributedDataParallel over `group` (the default group: every
+    rank): after each step the weights equal a single process's SGD over the mean of the
+    members' gradients."""
     model = _model()
-    if rank != 0:  # DDP starts every rank from rank 0's weights
+    if rank != members[0]:  # DDP starts every member from the first member's weights
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
-    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb,
+                                              process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     ref = _model()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
@@ -239,20 +243,25 @@ def test_torchs_own_ddp_matches_one_process(rank, size, bucket_cap_mb):
         x, y = _shard(step, rank)
         F.cross_entropy(ddp(x), y).backward()
         opt.step()
-        # The reference: each rank's gradient on its own shard (BatchNorm in training mode
+        # The reference: each member's gradient on its own shard (BatchNorm in training mode
         # normalises by the shard's statistics, as under DDP), averaged.
         grads = []
-        for r in range(size):
+        for r in members:
             ref.zero_grad()
             xr, yr = _shard(step, r)
             F.cross_entropy(ref(xr), yr).backward()
             grads.append([p.grad.clone() for p in ref.parameters()])
         for i, p in enumerate(ref.parameters()):
-            p.grad = sum(g[i] for g in grads) / size
+            p.grad = sum(g[i] for g in grads) / len(members)
         ref_opt.step()
         for (name, a), b in zip(ddp.module.named_parameters(), ref.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12,
                                        msg=f"step {step} {name}")
+
+
+@pytest.mark.parametrize("bucket_cap_mb", [25, 0.0001])
+def test_torchs_own_ddp_matches_one_process(rank, size, bucket_cap_mb):
+    _ddp_matches_one_process(rank, list(range(size)), bucket_cap_mb=bucket_cap_mb)
 
 
 @pytest.mark.parametrize("hook", ["fp16", "powersgd"])
@@ -280,3 +289,172 @@ def test_torchs_ddp_comm_hooks(rank, size, hook):
         want = torch.full((32, 64), (size + 1) / 2 + step)
         torch.testing.assert_close(model.weight.grad, want, rtol=rtol, atol=atol,
                                    msg=f"{hook} step {step}")
+
+
+# ---- groups of some ranks: horovod_cpp process sets ---------------------------------------
+
+def _subsets(size):
+    """Groups of some ranks to try: all but the last, all but the first, and the two ends
+    (at np 2: one rank each)."""
+    subsets = [list(range(size - 1)), list(range(1, size))]
+    if size > 2:
+        subsets.append([0, size - 1])
+    return subsets
+
+
+def _drop(group, ranks):
+    """Removes the torch group and its process set (collective, every rank), so that later
+    tests of the suite may register sets of the same ranks."""
+    if group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
+        dist.destroy_process_group(group)
+    found = process_group._registered_set(sorted(ranks))
+    assert found is not None
+    assert hvd.remove_process_set(found)
+    dist.barrier()  # a non-member's removal returns at once: no rank runs ahead of the others
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_group_of_some_ranks_runs_every_collective(rank, size, which):
+    if which >= len(_subsets(size)):
+        pytest.skip("no such group at this size")
+    members = _subsets(size)[which]
+    sub = dist.new_group(members)
+    try:
+        if rank not in members:
+            assert sub == dist.GroupMember.NON_GROUP_MEMBER
+        else:
+            _check_group_collectives(rank, members, sub)
+    finally:
+        _drop(sub, members)
+    t = torch.full((2,), float(rank))  # the default group goes on
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, torch.full((2,), float(sum(range(size)))))
+
+
+def _check_group_collectives(rank, members, sub):
+    g, me = len(members), members.index(rank)
+    assert (dist.get_rank(sub), dist.get_world_size(sub)) == (me, g)
+    assert sub.process_set.ranks == members
+    t = seeded(rank)
+    dist.all_reduce(t, group=sub)
+    torch.testing.assert_close(t, sum(seeded(r) for r in members))
+    t = seeded(rank, dtype=torch.int32, salt=1)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=sub, async_op=True).wait()
+    torch.testing.assert_close(
+        t, torch.stack([seeded(r, dtype=torch.int32, salt=1) for r in members]).max(0).values)
+    src = members[-1]  # torch's roots are global ranks; the group's last member here
+    t = seeded(rank, 5, salt=2)
+    dist.broadcast(t, src=src, group=sub)
+    torch.testing.assert_close(t, seeded(src, 5, salt=2))
+    outs = [torch.empty(3, dtype=torch.float64) for _ in range(g)]
+    dist.all_gather(outs, seeded(rank, 3, salt=3), group=sub)
+    for r, out in zip(members, outs):
+        torch.testing.assert_close(out, seeded(r, 3, salt=3))
+    flat = torch.empty(3 * g, dtype=torch.float64)
+    dist.all_gather_into_tensor(flat, seeded(rank, 3, salt=3), group=sub)
+    torch.testing.assert_close(flat, torch.cat([seeded(r, 3, salt=3) for r in members]))
+    out = torch.empty(2, dtype=torch.float64)
+    dist.reduce_scatter_tensor(out, seeded(rank, 2 * g, salt=4), group=sub)
+    torch.testing.assert_close(out, sum(seeded(r, 2 * g, salt=4) for r in members)[2 * me:
+                                                                                   2 * me + 2])
+    # Uneven: member i sends j + 1 rows of 100 * i + j to member j.
+    sent = torch.cat([torch.full((j + 1,), float(100 * me + j)) for j in range(g)])
+    got = torch.empty(g * (me + 1))
+    dist.all_to_all_single(got, sent, output_split_sizes=[me + 1] * g,
+                           input_split_sizes=[j + 1 for j in range(g)], group=sub)
+    torch.testing.assert_close(got, torch.cat([torch.full((me + 1,), float(100 * i + me))
+                                               for i in range(g)]))
+    dst = members[0]
+    t = seeded(rank, 4, salt=5)
+    dist.reduce(t, dst=dst, op=dist.ReduceOp.MIN, group=sub)
+    want = torch.stack([seeded(r, 4, salt=5) for r in members]).min(0).values
+    torch.testing.assert_close(t, want if rank == dst else seeded(rank, 4, salt=5))
+    rows = [torch.empty(4, dtype=torch.float64) for _ in range(g)] if rank == dst else None
+    dist.gather(seeded(rank, 4, salt=6), rows, dst=dst, group=sub)
+    if rank == dst:
+        for r, row in zip(members, rows):
+            torch.testing.assert_close(row, seeded(r, 4, salt=6))
+    got = torch.empty(2)
+    dist.scatter(got, [torch.full((2,), float(i)) for i in range(g)] if rank == src else None,
+                 src=src, group=sub)
+    torch.testing.assert_close(got, torch.full((2,), float(me)))
+    objs = [None] * g
+    dist.all_gather_object(objs, {"rank": rank}, group=sub)
+    assert objs == [{"rank": r} for r in members]
+    dist.barrier(group=sub)
+
+
+def test_a_mismatch_in_a_group_fails_on_every_member_and_the_group_goes_on(rank, size):
+    if size < 3:
+        pytest.skip("needs a group of two ranks beside another rank")
+    members = list(range(1, size))
+    sub = dist.new_group(members)
+    try:
+        if rank in members:
+            first = members[0]
+            with pytest.raises(RuntimeError, match=rf"rank {first} sent float32\[3\]"):
+                dist.all_reduce(torch.ones(2 + (rank == first)), group=sub)
+            t = torch.ones(4)
+            dist.all_reduce(t, group=sub)
+            torch.testing.assert_close(t, torch.full((4,), float(len(members))))
+    finally:
+        _drop(sub, members)
+
+
+def test_torchs_ddp_on_a_group_of_some_ranks(rank, size):
+    members = list(range(size - 1))
+    sub = dist.new_group(members)
+    try:
+        if rank in members:
+            _ddp_matches_one_process(rank, members, group=sub)
+    finally:
+        _drop(sub, members)
+
+
+def test_disjoint_groups_and_hvds_own_set(rank, size):
+    """Even and odd ranks in two groups, as torch's new_subgroups_by_enumeration makes them
+    (which torch 1.13 refuses without CUDA): one set each. A set the program registered
+    itself is reused by a group of the same ranks, and horovod_cpp's and torch's collectives
+    on it interleave; registered after the group, the program's set takes the group's over."""
+    evens, odds = list(range(0, size, 2)), list(range(1, size, 2))
+    groups = [dist.new_group(evens), dist.new_group(odds)]
+    try:
+        parity, mine = (evens, groups[0]) if rank % 2 == 0 else (odds, groups[1])
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, group=mine)
+        torch.testing.assert_close(t, torch.full((3,), float(sum(parity))))
+        assert mine.process_set.ranks == parity
+    finally:
+        for group, ranks in zip(groups, (evens, odds)):
+            _drop(group, ranks)
+    others = list(range(1, size))
+    ps = hvd.add_process_set(others)
+    try:
+        sub = dist.new_group(others)
+        if rank in others:
+            assert sub.process_set is ps
+            a = hvd.allreduce(torch.full((2,), float(rank)), op=hvd.Sum, process_set=ps)
+            b = torch.full((2,), float(2 * rank))
+            dist.all_reduce(b, group=sub)
+            torch.testing.assert_close(a, torch.full((2,), float(sum(others))))
+            torch.testing.assert_close(b, torch.full((2,), float(2 * sum(others))))
+            dist.destroy_process_group(sub)
+    finally:
+        assert hvd.remove_process_set(ps)
+        dist.barrier()
+    # The other way round: the program registers the ranks of a torch group it made before,
+    # and takes the group's set over (no "already exists").
+    sub = dist.new_group(others)
+    ps = hvd.add_process_set(others)
+    try:
+        assert ps.process_set_id is not None and ps.ranks == others
+        if rank in others:
+            assert sub.process_set.process_set_id == ps.process_set_id
+            a = hvd.allreduce(torch.full((2,), float(rank)), op=hvd.Max, process_set=ps)
+            torch.testing.assert_close(a, torch.full((2,), float(others[-1])))
+            dist.destroy_process_group(sub)
+        with pytest.raises(ValueError, match="already exists"):  # once only
+            hvd.add_process_set(others)
+    finally:
+        assert hvd.remove_process_set(ps)
+        dist.barrier()

@@ -104,8 +104,23 @@ def check_backend():
     everyone = [torch.empty_like(w0) for _ in range(n)]
     dist.all_gather(everyone, w0)
     assert all(torch.equal(w, everyone[0]) for w in everyone), everyone
+    check_subgroup()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def check_subgroup(backend=None):
+    """A torch group of every rank but the last (horovod_cpp's process set of those ranks):
+    an all_reduce over its members only."""
+    import torch.distributed as dist
+    r, n = dist.get_rank(), dist.get_world_size()
+    members = list(range(max(1, n - 1)))
+    sub = dist.new_group(members, backend=backend)
+    if r in members:
+        x = torch.full((3,), float(r + 1))
+        dist.all_reduce(x, group=sub)
+        assert torch.equal(x, torch.full((3,), float(sum(m + 1 for m in members)))), x
+    dist.barrier()
 
 
 def main():
@@ -113,6 +128,10 @@ def main():
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     if mode == "pg_before":
         torch.distributed.init_process_group("gloo")
+        # A group of the horovod_cpp backend beside gloo's default: horovod_cpp starts in
+        # new_group, on every rank, through the default group's store.
+        check_subgroup(backend="horovod_cpp")
+        assert hvd.is_initialized()
     if mode == "backend":
         torch.distributed.init_process_group("horovod_cpp")  # starts horovod_cpp too
         assert hvd.is_initialized()

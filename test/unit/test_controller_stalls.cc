@@ -73,6 +73,22 @@ TEST_CASE("stall report names the tensor and the missing rank", "[controller]") 
   CHECK(run.res.cycle_of(0, "stuck") == (cached ? 0 : -1));
 }
 
+TEST_CASE("in a process set the stall report names global ranks", "[controller]") {
+  const int n = GENERATE(2, 3);
+  ControllerOptions opts;
+  opts.stall_check_seconds = 10;
+  for (int r = 0; r < n; ++r) opts.rank_names.push_back(10 + 2 * r);  // set of global 10, 12, ..
+  StallRun run = run_stall(n, 1, false, opts, 16);
+  require_ok(run.res);
+  std::vector<int> have;
+  for (int r = 0; r < n; ++r) {
+    if (r != 1) have.push_back(10 + 2 * r);
+  }
+  const std::string& report =
+      run.res.records[0][static_cast<size_t>(run.submit_cycle + 12)].stall_report;
+  CHECK_THAT(report, Catch::Contains("submitted by " + ranks_text(have) + ", missing on rank 12"));
+}
+
 TEST_CASE("stall check can be disabled", "[controller]") {
   ControllerOptions opts;
   opts.stall_check_seconds = 2;

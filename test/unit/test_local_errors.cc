@@ -195,3 +195,15 @@ TEST_CASE("wire format 3 carries local errors and the fatal flag", "[local_error
   CHECK(serialize(sl)[1] == static_cast<char>(kWireFormatVersion));
   CHECK(kWireFormatVersion == 3);
 }
+
+TEST_CASE("in a process set mismatches and local errors name global ranks", "[local_errors]") {
+  Request a = req("x"), b = req("x", {4, 6}), c = req("x");
+  const std::vector<int> names = {3, 5, 8};  // the set's members, as global ranks
+  CHECK(build_response({&a, &b, &c}, names).error ==
+        "allreduce 'x': ranks 3,8 sent float32[4,5], rank 5 sent float32[4,6]");
+  b = req("x");
+  c.error = "reason";
+  CHECK_THAT(build_response({&a, &b, &c}, names).error, Catch::Contains("rank 8: reason"));
+  // Without names the ranks are the set's own.
+  CHECK_THAT(build_response({&a, &b, &c}).error, Catch::Contains("rank 2: reason"));
+}

@@ -17,14 +17,23 @@ Arguments that only this rank can get wrong (output lists and sizes) are checked
 collective, so that a mistake on one rank never leaves the others waiting for it; what ranks
 must agree on (shapes, splits) is checked by the library, which fails it on every rank.
 
-Refused with an error that says so: collectives of subgroups (`dist.new_group` of some ranks;
-use hvd.add_process_set), point-to-point (send/recv), and the bitwise reductions (BAND, BOR,
-BXOR, PREMUL_SUM).
+A group of some ranks (`dist.new_group(ranks)`, `new_subgroups`,
+`new_subgroups_by_enumeration`) runs on horovod_cpp's process set of those ranks. torch builds a
+group's backend on its members only, but horovod_cpp registers a process set on every rank
+(hvd.add_process_set is collective, as new_group is): register() therefore wraps torch's
+new_group, which every rank of the job enters, so that it registers (or reuses) the set first.
+
+Refused with an error that says so: point-to-point (send/recv), the bitwise reductions (BAND,
+BOR, BXOR, PREMUL_SUM), and groups of some ranks made where horovod_cpp could not register
+their set (new_group bound before horovod_cpp.torch was imported, or torch 2.x's
+use_local_synchronization=True, which only the members enter).
 """
 
 import atexit
 import collections
+import functools
 import gc
+import inspect
 import threading
 from datetime import timedelta
 
@@ -191,10 +200,23 @@ def _scatter_flat(flat, outputs):
 
 
 class ProcessGroupHorovod(dist.ProcessGroup):
-    """torch.distributed's ProcessGroup interface over horovod_cpp's global process set."""
+    """torch.distributed's ProcessGroup interface over one of horovod_cpp's process sets (the
+    global set for the default group). Ranks torch passes (roots) are ranks of the group,
+    which are the set's ranks in ascending order."""
 
-    def __init__(self, rank, size):
+    def __init__(self, rank, size, process_set=None):
         super().__init__(rank, size)
+        self._set = process_set if process_set is not None else _basics.global_process_set
+
+    @property
+    def process_set(self):
+        """The horovod_cpp process set this group's collectives run in."""
+        return self._set
+
+    def _global_rank(self, group_rank):
+        """The global rank (horovod_cpp's broadcast roots are global) of a rank of the group."""
+        ranks = self._set.ranks
+        return ranks[group_rank] if 0 <= group_rank < len(ranks) else group_rank
 
     def getBackendName(self):
         return BACKEND
@@ -207,20 +229,21 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     # ---- reductions -------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
-        handles = [mpi_ops.allreduce_async_(t, op=op) for t in tensors]
+        handles = [mpi_ops.allreduce_async_(t, op=op, process_set=self._set) for t in tensors]
         return self._work(handles, lambda: [mpi_ops.synchronize(h) for h in handles],
                           tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                  "all_reduce_coalesced")
-        handle = mpi_ops.grouped_allreduce_async_(list(tensors), op=op)
+        handle = mpi_ops.grouped_allreduce_async_(list(tensors), op=op,
+                                                  process_set=self._set)
         return self._work([handle], lambda: mpi_ops.synchronize(handle), tensors)
 
     def reduce(self, tensors, opts):
         op = _op(opts.reduceOp, "reduce")
         root = opts.rootRank
-        handles = [mpi_ops.allreduce_async(t, op=op) for t in tensors]
+        handles = [mpi_ops.allreduce_async(t, op=op, process_set=self._set) for t in tensors]
 
         def finish():
             results = [mpi_ops.synchronize(h) for h in handles]
@@ -233,7 +256,8 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def reduce_scatter(self, outputs, input_lists, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
         size = self.size()
-        handles = [mpi_ops.reducescatter_async(_flat(inputs), op=op) for inputs in input_lists]
+        handles = [mpi_ops.reducescatter_async(_flat(inputs), op=op,
+                                                   process_set=self._set) for inputs in input_lists]
 
         def finish():
             results = [mpi_ops.synchronize(h) for h in handles]
@@ -263,18 +287,20 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
                  "reduce_scatter_tensor")
-        return self._into(mpi_ops.reducescatter_async(input.reshape(-1), op=op), output,
+        return self._into(mpi_ops.reducescatter_async(input.reshape(-1), op=op,
+                                                      process_set=self._set), output,
                           "reduce_scatter_tensor", input)
 
     # ---- broadcast and gathers --------------------------------------------------------
     def broadcast(self, tensors, opts):
-        handles = [mpi_ops.broadcast_async_(t, opts.rootRank) for t in tensors]
+        root = self._global_rank(opts.rootRank)
+        handles = [mpi_ops.broadcast_async_(t, root, process_set=self._set) for t in tensors]
         return self._work(handles, lambda: [mpi_ops.synchronize(h) for h in handles],
                           tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
         size = self.size()
-        handles = [mpi_ops.allgather_async(t.reshape(1, -1)) for t in inputs]
+        handles = [mpi_ops.allgather_async(t.reshape(1, -1), process_set=self._set) for t in inputs]
 
         def finish():
             results = [mpi_ops.synchronize(h) for h in handles]
@@ -289,12 +315,13 @@ class ProcessGroupHorovod(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         # One row per rank: inputs that differ across ranks fail in the library, everywhere.
-        return self._into(mpi_ops.allgather_async(input.reshape(1, -1)), output,
+        return self._into(mpi_ops.allgather_async(input.reshape(1, -1),
+                                                  process_set=self._set), output,
                           "all_gather_into_tensor", input)
 
     def gather(self, output_lists, inputs, opts):
         root = opts.rootRank
-        handles = [mpi_ops.allgather_async(t.reshape(1, -1)) for t in inputs]
+        handles = [mpi_ops.allgather_async(t.reshape(1, -1), process_set=self._set) for t in inputs]
 
         def finish():
             gathered = [mpi_ops.synchronize(h) for h in handles]
@@ -322,7 +349,8 @@ class ProcessGroupHorovod(dist.ProcessGroup):
             else:
                 send = torch.empty(0, dtype=out.dtype, device=out.device)
                 splits = [0] * size
-            handles.append(mpi_ops.alltoall_async(send, splits=splits))
+            handles.append(mpi_ops.alltoall_async(send, splits=splits,
+                                                  process_set=self._set))
 
         def finish():
             received = [mpi_ops.synchronize(h)[0] for h in handles]
@@ -342,7 +370,8 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         # Splits of the wrong length or sum, or an uneven default split, fail in the library,
         # on every rank.
-        handle = mpi_ops.alltoall_async(input, splits=list(input_split_sizes) or None)
+        handle = mpi_ops.alltoall_async(input, splits=list(input_split_sizes) or None,
+                                        process_set=self._set)
 
         def finish():
             received, got = mpi_ops.synchronize(handle)
@@ -357,7 +386,8 @@ class ProcessGroupHorovod(dist.ProcessGroup):
 
     def alltoall(self, outputs, inputs, opts=None):
         # A splits list of the wrong length fails in the library, on every rank.
-        handle = mpi_ops.alltoall_async(_flat(inputs), splits=[t.numel() for t in inputs])
+        handle = mpi_ops.alltoall_async(_flat(inputs), splits=[t.numel() for t in inputs],
+                                        process_set=self._set)
 
         def finish():
             received, _ = mpi_ops.synchronize(handle)
@@ -373,7 +403,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         # Before the work returns, as gloo's: dist.barrier() waits on it at once.
-        mpi_ops.barrier()
+        mpi_ops.barrier(process_set=self._set)
         return self._work([], lambda: [])
 
     # ---- refused ----------------------------------------------------------------------
@@ -393,9 +423,9 @@ class ProcessGroupHorovod(dist.ProcessGroup):
 
 
 class _SubgroupRefused(dist.ProcessGroup):
-    """A subgroup (dist.new_group of some ranks): every collective on it raises. Created
-    instead of raising in new_group itself, where the members would fail and the other ranks
-    would wait for them in torch's store barrier."""
+    """A group of some ranks whose process set horovod_cpp could not register: every
+    collective on it raises. Made instead of raising in new_group itself, where the members
+    would fail and the other ranks would wait for them in torch's store barrier."""
 
     def __init__(self, rank, size, ranks):
         super().__init__(rank, size)
@@ -406,9 +436,12 @@ class _SubgroupRefused(dist.ProcessGroup):
 
     def _refuse(self, *args, **kwargs):
         raise RuntimeError(f"torch.distributed group of ranks {self._ranks} on the {BACKEND} "
-                           "backend: only the default group runs on horovod_cpp; for a subset "
-                           "of ranks use hvd.add_process_set(ranks) and pass process_set= to "
-                           "horovod_cpp's collectives, or give new_group backend='gloo'")
+                           "backend: horovod_cpp registers a group's process set on every "
+                           "rank when torch.distributed.new_group runs, but this group was "
+                           "made by a new_group bound before horovod_cpp.torch was imported, "
+                           "or with use_local_synchronization=True; import horovod_cpp.torch "
+                           "first and call dist.new_group on every rank, or give new_group "
+                           "backend='gloo'")
 
 
 for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
@@ -418,9 +451,17 @@ for _name in ("allreduce", "allreduce_coalesced", "reduce", "reduce_scatter",
     setattr(_SubgroupRefused, _name, _SubgroupRefused._refuse)
 
 
+def _registered_set(ranks):
+    """The registered process set of exactly `ranks` (sorted global ranks), or None."""
+    for ps in list(_basics._registry.values()):
+        if ps.process_set_id not in (None, 0) and list(ps.ranks) == ranks:
+            return ps
+    return None
+
+
 def _create(options, pg_options=None):
-    """The backend's creator (torch's extended API): hvd.init() when the program has not,
-    with the group's store under torchrun."""
+    """The backend's creator (torch's extended API), called on the group's members only:
+    hvd.init() when the program has not, with the group's store under torchrun."""
     ranks = list(options.global_ranks_in_group or [])
     if not _basics.is_initialized():
         _torchrun.given_store = options.store
@@ -429,7 +470,10 @@ def _create(options, pg_options=None):
         finally:
             _torchrun.given_store = None
     if ranks and ranks != list(range(_basics.size())):
-        return _SubgroupRefused(options.group_rank, options.group_size, ranks)
+        found = _registered_set(sorted(ranks))
+        if found is None:
+            return _SubgroupRefused(options.group_rank, options.group_size, ranks)
+        return ProcessGroupHorovod(options.group_rank, options.group_size, found)
     if options.group_rank != _basics.rank() or options.group_size != _basics.size():
         raise ValueError(f"init_process_group(backend={BACKEND!r}): torch says rank "
                          f"{options.group_rank} of {options.group_size}, horovod_cpp says rank "
@@ -439,16 +483,71 @@ def _create(options, pg_options=None):
     return ProcessGroupHorovod(options.group_rank, options.group_size)
 
 
+def _subset_of_ours(arguments):
+    """The sorted ranks of a new_group call (its bound arguments) that makes a group of some
+    ranks on this backend, or None for any other call (left to torch as it is, errors too)."""
+    ranks = arguments.get("ranks")
+    if ranks is None or arguments.get("use_local_synchronization") or \
+            not dist.is_initialized():
+        return None
+    try:
+        ranks = sorted(int(r) for r in ranks)
+        if dist.Backend(arguments.get("backend") or dist.get_backend()) != BACKEND:
+            return None
+    except (TypeError, ValueError):
+        return None
+    world = dist.get_world_size()
+    if not ranks or len(set(ranks)) != len(ranks) or ranks[0] < 0 or ranks[-1] >= world or \
+            len(ranks) == world:
+        return None
+    return ranks
+
+
+def _wrap_new_group(torch_new_group):
+    """torch's new_group, first registering (or reusing) horovod_cpp's process set of the
+    group's ranks on every rank when the group is of this backend. torch requires every rank
+    of the job to enter new_group, so this collective runs where torch's would."""
+    signature = inspect.signature(torch_new_group)
+
+    @functools.wraps(torch_new_group)
+    def new_group(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return torch_new_group(*args, **kwargs)  # torch's own error
+        ranks = _subset_of_ours(bound.arguments)
+        if ranks is not None:
+            if not _basics.is_initialized():
+                _basics.init()  # under torchrun through the default group's store
+            if _registered_set(ranks) is None:
+                _basics.add_process_set(ranks)._implicit = True
+        return torch_new_group(*args, **kwargs)
+
+    new_group._horovod_cpp_torch_new_group = torch_new_group
+    return new_group
+
+
 def register():
-    """Registers the backend with torch.distributed (once; import horovod_cpp.torch does)."""
+    """Registers the backend with torch.distributed (once; import horovod_cpp.torch does), and
+    wraps torch's new_group (module function and the name torch.distributed exports) so that
+    groups of some ranks get their process set."""
     if not dist.is_available() or BACKEND.upper() in getattr(dist.Backend, "_plugins", {}):
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+    from torch.distributed import distributed_c10d
+    if not hasattr(distributed_c10d.new_group, "_horovod_cpp_torch_new_group"):
+        wrapped = _wrap_new_group(distributed_c10d.new_group)
+        distributed_c10d.new_group = wrapped  # new_subgroups* call it by this name
+        dist.new_group = wrapped
     # A group of this backend is a Python object that torch's C++ objects hold (DDP's reducer
     # among them). Freed by the interpreter's final teardown, where such objects in reference
     # cycles end up, it aborts the process ("terminate called without an active exception"):
     # the garbage is collected at exit, while the interpreter still runs.
     atexit.register(gc.collect)
+
+
+#: The stores rank 0 served for init_process_group (see there).
+_served_stores = []
 
 
 def init_process_group(timeout=timedelta(minutes=30)):
@@ -480,5 +579,9 @@ def init_process_group(timeout=timedelta(minutes=30)):
     address = broadcast_object(address, root_rank=0, name="init_process_group.store")
     if store is None:
         store = dist.TCPStore(address[0], address[1], _basics.size(), False, timeout)
+    else:
+        # Served until this process ends, not until the group is destroyed: the others may
+        # still be leaving torch's store barrier (new_group's) when rank 0 destroys it.
+        _served_stores.append(store)
     dist.init_process_group(BACKEND, store=store, rank=_basics.rank(),
                             world_size=_basics.size(), timeout=timeout)
