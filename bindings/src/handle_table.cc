@@ -6,6 +6,8 @@
 // object synchronize() returns; an entry registered from Python (the general path: grouped
 // collectives, allgather, non-contiguous in-place tensors, ...) holds a Handle object and the
 // callable that turns it into the output. The table is only touched with the GIL held.
+#include <chrono>
+#include <cmath>
 #include <exception>
 #include <unordered_map>
 #include <utility>
@@ -149,6 +151,40 @@ py::object poll(py::handle handle) {
   return py::bool_(is_done(*p));
 }
 
+/// Whether the operation of an integer handle has completed after waiting up to `seconds`
+/// (GIL released); None for an unknown handle. The handle is not consumed, and an error the
+/// operation ended with is left to synchronize().
+py::object wait_done(py::handle handle, double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) {
+    throw hvd::InvalidArgumentError("torch_handle_wait_done(): seconds must be finite and >= 0");
+  }
+  long long id = 0;
+  if (!id_of(handle, &id)) return py::none();
+  const Pending* p = table().find(id);
+  if (p == nullptr) return py::none();
+  if (!p->handle.valid()) {
+    try {
+      p->native.attr("wait")(seconds);
+    } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_TimeoutError)) return py::bool_(false);
+    }
+    return py::bool_(true);  // done, failed or not
+  }
+  // A copy: another thread may take the entry out of the table while this one waits.
+  const hvd::Handle h = p->handle;
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1e3)));
+  bool done = true;
+  {
+    py::gil_scoped_release nogil;
+    try {
+      done = h.wait_for(timeout);
+    } catch (...) {
+      done = true;  // failed: synchronize() raises it
+    }
+  }
+  return py::bool_(done);
+}
+
 /// Waits for every handle of `handles`, releasing the GIL once for all fast-path entries,
 /// and returns their outputs in order (None for unknown handles). Every handle is consumed;
 /// if some failed, the first failure (in the order given) is raised once all have completed.
@@ -235,6 +271,9 @@ void register_handle_table(py::module_& m) {
         "all completed.");
   m.def("torch_handle_poll", &poll, py::arg("handle"),
         "True once done, False while in flight, None for an unknown handle. Never blocks.");
+  m.def("torch_handle_wait_done", &wait_done, py::arg("handle"), py::arg("seconds"),
+        "Waits up to `seconds` (GIL released): True once done (failed or not), False when "
+        "still in flight, None for an unknown handle. The handle is not consumed.");
   m.def("torch_handle_count", []() { return table().size(); },
         "Integer handles not synchronized yet (for tests).");
   py::module_::import("atexit").attr("register")(

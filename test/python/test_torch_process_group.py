@@ -8,6 +8,7 @@ same gradients as a single process over every rank's shard.
 
 import re
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod_cpp.torch as hvd
-from horovod_cpp.torch import process_group
+from horovod_cpp.torch import mpi_ops, process_group
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -210,6 +211,35 @@ def test_a_mistake_on_one_rank_never_leaves_the_others_waiting(rank, size):
     t = torch.full((3,), float(rank))
     dist.all_reduce(t)
     torch.testing.assert_close(t, torch.full((3,), float(sum(range(size)))))
+
+
+def test_a_collective_past_its_timeout_raises_and_the_ranks_still_pair(rank, size):
+    """torch's timeouts: wait(timeout) and the group's own (new_group(timeout=...), through a
+    future as DDP waits) raise a RuntimeError on the rank that waits; a rank that comes late
+    still pairs with the pending collective."""
+    slow = dist.new_group(list(range(size)), timeout=timedelta(seconds=1))
+    a, b = torch.full((2,), float(rank)), torch.full((3,), float(rank + 1))
+    dist.barrier()
+    if rank == 0:
+        start = time.monotonic()
+        work_a = dist.all_reduce(a, async_op=True)  # the default group: 30 minutes
+        work_b = dist.all_reduce(b, group=slow, async_op=True)
+        with pytest.raises(RuntimeError, match=r"all_reduce on the horovod_cpp backend did "
+                           r"not complete within 1 s"):
+            work_a.wait(timeout=timedelta(seconds=1))
+        with pytest.raises(RuntimeError, match="did not complete within 1 s"):
+            work_b.get_future().wait()
+        assert time.monotonic() - start < 4.5, "the timeouts came too late"
+        # The operations went on: the others' late calls complete them.
+        mpi_ops.synchronize(work_a._handles[0])
+        mpi_ops.synchronize(work_b._handles[0])
+    else:
+        time.sleep(5)  # past rank 0's timeouts
+        dist.all_reduce(a)
+        dist.all_reduce(b, group=slow)
+    torch.testing.assert_close(a, torch.full((2,), float(sum(range(size)))))
+    torch.testing.assert_close(b, torch.full((3,), float(sum(range(1, size + 1)))))
+    dist.barrier(group=slow)
 
 
 def _model():

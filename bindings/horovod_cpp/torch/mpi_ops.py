@@ -21,6 +21,7 @@ _register = _C.torch_handle_register  # (native Handle, finish(native) -> output
 _synchronize = _C.torch_handle_synchronize
 _synchronize_all = _C.torch_handle_synchronize_all
 _poll = _C.torch_handle_poll
+_wait_done = _C.torch_handle_wait_done  # (handle, seconds): done within them? not consumed
 # allreduce_async(tensor, output, name, op, prescale, postscale, process_set, average, True):
 # the one native call of an allreduce (bindings/src/allreduce.cc); returns the integer handle.
 _allreduce = _C.allreduce_async

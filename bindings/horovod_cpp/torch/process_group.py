@@ -16,6 +16,8 @@ every rank, so they are paired by the library's per-op counters (unnamed collect
 Arguments that only this rank can get wrong (output lists and sizes) are checked after the
 collective, so that a mistake on one rank never leaves the others waiting for it; what ranks
 must agree on (shapes, splits) is checked by the library, which fails it on every rank.
+torch's timeouts (the group's, and wait()'s) apply as on its other backends: a collective not
+done in time raises RuntimeError on the rank that waits, instead of leaving the job hung.
 
 A group of some ranks (`dist.new_group(ranks)`, `new_subgroups`,
 `new_subgroups_by_enumeration`) runs on horovod_cpp's process set of those ranks. torch builds a
@@ -35,6 +37,7 @@ import functools
 import gc
 import inspect
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -108,12 +111,25 @@ _completer = _Completer()
 _live = set()
 
 
+def _seconds(timeout):
+    """A timeout (timedelta or seconds) in seconds; None for none (None, zero or negative,
+    as torch's kNoTimeout)."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    return seconds if seconds > 0 else None
+
+
 class _HorovodWork(_Work):
     """A torch Work over a horovod_cpp handle. finish() waits for the handle and writes the
-    result where torch expects it; it returns the tensors a future of this work holds."""
+    result where torch expects it; it returns the tensors a future of this work holds. A
+    collective not done within the group's timeout (or wait()'s own) fails with a
+    RuntimeError, as on torch's other backends; the operation itself stays pending."""
 
-    def __init__(self, handles, finish, tensors):
+    def __init__(self, what, handles, finish, tensors, timeout):
         super().__init__()
+        self._what = what
+        self._timeout = timeout
         self._handles = handles
         # A future holding CUDA tensors must name their devices (torch checks it).
         self._devices = sorted({t.device for t in tensors if t.is_cuda}, key=str)
@@ -125,10 +141,26 @@ class _HorovodWork(_Work):
         self._future = None
         _live.add(self)  # until wait() or get_future()
 
-    def _complete(self):
+    def _await(self, timeout):
+        """Waits up to `timeout` seconds (None: no limit) for the handles to complete; raises
+        RuntimeError when they have not."""
+        if timeout is None:
+            return
+        deadline = time.monotonic() + timeout
+        for h in self._handles:
+            left = max(0.0, deadline - time.monotonic())
+            if mpi_ops._wait_done(h, left) is False:
+                raise RuntimeError(
+                    f"torch.distributed.{self._what} on the {BACKEND} backend did not complete "
+                    f"within {timeout:g} s (the group's timeout, or wait()'s): some rank of the "
+                    "group has not reached it (rank 0's stall report names the ranks missing); "
+                    "as with torch's other backends, the group is not usable after a timeout")
+
+    def _complete(self, timeout=None):
         with self._lock:
             if not self._done:
                 try:
+                    self._await(timeout if timeout is not None else self._timeout)
                     self._result = self._finish()
                 except BaseException as e:  # handed to wait() and to the future
                     self._error = e
@@ -142,7 +174,7 @@ class _HorovodWork(_Work):
 
     def wait(self, timeout=None):
         _live.discard(self)
-        self._complete()
+        self._complete(_seconds(timeout))
         if self._error is not None:
             raise self._error
         return True
@@ -204,9 +236,12 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     global set for the default group). Ranks torch passes (roots) are ranks of the group,
     which are the set's ranks in ascending order."""
 
-    def __init__(self, rank, size, process_set=None):
+    def __init__(self, rank, size, process_set=None, timeout=None):
         super().__init__(rank, size)
         self._set = process_set if process_set is not None else _basics.global_process_set
+        #: Seconds a collective may take (the group's timeout, as torch's backends apply it),
+        #: None for no limit.
+        self._timeout = _seconds(timeout)
 
     @property
     def process_set(self):
@@ -221,16 +256,16 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
-    def _work(self, handles, finish, tensors=()):
-        """A work over horovod_cpp's `handles` whose wait() runs finish(); tensors: those its
-        future holds."""
-        return _HorovodWork(handles, finish, tensors)
+    def _work(self, what, handles, finish, tensors=()):
+        """A work (torch.distributed.`what`) over horovod_cpp's `handles` whose wait() runs
+        finish(); tensors: those its future holds."""
+        return _HorovodWork(what, handles, finish, tensors, self._timeout)
 
     # ---- reductions -------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
         handles = [mpi_ops.allreduce_async_(t, op=op, process_set=self._set) for t in tensors]
-        return self._work(handles, lambda: [mpi_ops.synchronize(h) for h in handles],
+        return self._work("all_reduce", handles, lambda: [mpi_ops.synchronize(h) for h in handles],
                           tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -238,7 +273,8 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                  "all_reduce_coalesced")
         handle = mpi_ops.grouped_allreduce_async_(list(tensors), op=op,
                                                   process_set=self._set)
-        return self._work([handle], lambda: mpi_ops.synchronize(handle), tensors)
+        return self._work("all_reduce_coalesced", [handle],
+                          lambda: mpi_ops.synchronize(handle), tensors)
 
     def reduce(self, tensors, opts):
         op = _op(opts.reduceOp, "reduce")
@@ -251,7 +287,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                 for t, r in zip(tensors, results):
                     t.copy_(r)
             return list(tensors)
-        return self._work(handles, finish, tensors)
+        return self._work("reduce", handles, finish, tensors)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter")
@@ -268,7 +304,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                                      f"elements each, got {[t.numel() for t in inputs]}")
                 out.copy_(result.view_as(out))
             return list(outputs)
-        return self._work(handles, finish, outputs)
+        return self._work("reduce_scatter", handles, finish, outputs)
 
     def _into(self, handle, output, what, input):
         """A work that copies the handle's 1-D result into `output`, which must hold the
@@ -282,7 +318,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                                  f"{input.numel()} on {self.size()} ranks")
             output.copy_(result.view_as(output))
             return [output]
-        return self._work([handle], finish, [output])
+        return self._work(what, [handle], finish, [output])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM,
@@ -295,7 +331,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     def broadcast(self, tensors, opts):
         root = self._global_rank(opts.rootRank)
         handles = [mpi_ops.broadcast_async_(t, root, process_set=self._set) for t in tensors]
-        return self._work(handles, lambda: [mpi_ops.synchronize(h) for h in handles],
+        return self._work("broadcast", handles, lambda: [mpi_ops.synchronize(h) for h in handles],
                           tensors)
 
     def allgather(self, output_lists, inputs, opts=None):
@@ -311,7 +347,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                 for out, row in zip(outs, gathered):
                     out.copy_(row.view_as(out))
             return list(output_lists)
-        return self._work(handles, finish, inputs)
+        return self._work("all_gather", handles, finish, inputs)
 
     def _allgather_base(self, output, input, opts=None):
         # One row per rank: inputs that differ across ranks fail in the library, everywhere.
@@ -330,7 +366,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                     for out, row in zip(outs, rows):
                         out.copy_(row.view_as(out))
             return list(output_lists)
-        return self._work(handles, finish, inputs)
+        return self._work("gather", handles, finish, inputs)
 
     def scatter(self, outputs, input_lists, opts):
         root = opts.rootRank
@@ -365,7 +401,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                 raise ValueError(f"torch.distributed.scatter on the {BACKEND} backend: "
                                  f"{wrong}")
             return list(outputs)
-        return self._work(handles, finish, outputs)
+        return self._work("scatter", handles, finish, outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         # Splits of the wrong length or sum, or an uneven default split, fail in the library,
@@ -382,7 +418,7 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                                    f"{[int(g) for g in got]} rows")
             output.copy_(received.view_as(output))
             return [output]
-        return self._work([handle], finish, [output])
+        return self._work("all_to_all_single", [handle], finish, [output])
 
     def alltoall(self, outputs, inputs, opts=None):
         # A splits list of the wrong length fails in the library, on every rank.
@@ -399,12 +435,17 @@ class ProcessGroupHorovod(dist.ProcessGroup):
                                  f"{self.size()} ranks")
             _scatter_flat(received, outputs)
             return list(outputs)
-        return self._work([handle], finish, outputs)
+        return self._work("all_to_all", [handle], finish, outputs)
 
     def barrier(self, opts=None):
-        # Before the work returns, as gloo's: dist.barrier() waits on it at once.
-        mpi_ops.barrier(process_set=self._set)
-        return self._work([], lambda: [])
+        # A one-element allreduce: unlike hvd.barrier() it has a handle, so that the group's
+        # timeout applies to it (dist.barrier() waits on it at once).
+        handle = mpi_ops.allreduce_async_(torch.zeros(1), op=Sum, process_set=self._set)
+
+        def finish():
+            mpi_ops.synchronize(handle)
+            return []
+        return self._work("barrier", [handle], finish)
 
     # ---- refused ----------------------------------------------------------------------
     def _no_p2p(self, what):
@@ -473,14 +514,15 @@ def _create(options, pg_options=None):
         found = _registered_set(sorted(ranks))
         if found is None:
             return _SubgroupRefused(options.group_rank, options.group_size, ranks)
-        return ProcessGroupHorovod(options.group_rank, options.group_size, found)
+        return ProcessGroupHorovod(options.group_rank, options.group_size, found,
+                                   options.timeout)
     if options.group_rank != _basics.rank() or options.group_size != _basics.size():
         raise ValueError(f"init_process_group(backend={BACKEND!r}): torch says rank "
                          f"{options.group_rank} of {options.group_size}, horovod_cpp says rank "
                          f"{_basics.rank()} of {_basics.size()}; launch with torchrun (or set "
                          "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or under mpirun/hvdrun "
                          "call hvd.init_process_group()")
-    return ProcessGroupHorovod(options.group_rank, options.group_size)
+    return ProcessGroupHorovod(options.group_rank, options.group_size, timeout=options.timeout)
 
 
 def _subset_of_ours(arguments):
