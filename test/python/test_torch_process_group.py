@@ -254,17 +254,17 @@ def _shard(step, rank, n=4):
         torch.randint(0, 3, (n,), generator=g)
 
 
-def _ddp_matches_one_process(rank, members, group=None, bucket_cap_mb=25):
-    """torch.nn.parallel.DistributedDataParallel over `group` (the default group: every
-    rank): after each step the weights equal a single process's SGD over the mean of the
-    members' gradients."""
+def _ddp_matches_one_process(rank, members, group=None, bucket_cap_mb=25,
+                             wrapper=nn.parallel.DistributedDataParallel):
+    """`wrapper` (torch's DistributedDataParallel, or horovod_cpp's) over `group` (the
+    default group: every rank): after each step the weights equal a single process's SGD over
+    the mean of the members' gradients."""
     model = _model()
     if rank != members[0]:  # DDP starts every member from the first member's weights
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
-    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb,
-                                              process_group=group)
+    ddp = wrapper(model, bucket_cap_mb=bucket_cap_mb, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     ref = _model()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
@@ -431,14 +431,20 @@ def test_a_mismatch_in_a_group_fails_on_every_member_and_the_group_goes_on(rank,
         _drop(sub, members)
 
 
-def test_torchs_ddp_on_a_group_of_some_ranks(rank, size):
+@pytest.mark.parametrize("wrapper", ["torch", "horovod_cpp"])
+def test_ddp_on_a_group_of_some_ranks(rank, size, wrapper):
+    """torch's DDP, and horovod_cpp's (process_group= a group of this backend), made on the
+    group's members only; a wrapper of every rank made after it still pairs up."""
     members = list(range(size - 1))
     sub = dist.new_group(members)
+    wrap = nn.parallel.DistributedDataParallel if wrapper == "torch" else \
+        hvd.DistributedDataParallel
     try:
         if rank in members:
-            _ddp_matches_one_process(rank, members, group=sub)
+            _ddp_matches_one_process(rank, members, group=sub, wrapper=wrap)
     finally:
         _drop(sub, members)
+    _ddp_matches_one_process(rank, list(range(size)), wrapper=wrap)
 
 
 def test_disjoint_groups_and_hvds_own_set(rank, size):

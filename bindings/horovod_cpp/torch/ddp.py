@@ -12,6 +12,7 @@ as in DDP, when `loss.backward()` returns every p.grad holds the average: the wa
 callback at the end of the backward pass. `no_sync()` accumulates gradients locally.
 """
 
+import collections
 import contextlib
 import itertools
 
@@ -34,7 +35,7 @@ def _state(module):
 
 #: Numbers the wrappers of a process in creation order: every rank creates its wrappers in
 #: the same order, so the reductions of two wrapped modules never share a name.
-_instances = itertools.count()
+_instances = collections.defaultdict(itertools.count)  # set id -> count of wrappers
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -49,7 +50,9 @@ class DistributedDataParallel(torch.nn.Module):
     reduction gets zeros from this rank); with True, as in DDP, one that got no gradient on any
     rank keeps p.grad None (an allreduce of the used flags per pass), else it gets zeros.
     gradient_as_bucket_view, static_graph, check_reduction: accepted, no effect here.
-    process_group: must be None; give horovod_cpp's process_set instead.
+    process_group: None, or a group of torch.distributed's "horovod_cpp" backend (made on its
+    members only, as torch's DDP is): its process set is used. Or give process_set= (made on
+    every rank; those outside the set keep their gradients local).
     compression, op (Average or Sum), gradient_predivide_factor: as in DistributedOptimizer.
     """
 
@@ -61,9 +64,16 @@ class DistributedDataParallel(torch.nn.Module):
                  gradient_predivide_factor=1.0):
         super().__init__()
         if process_group is not None:
-            raise ValueError("DistributedDataParallel(process_group=...): torch.distributed "
-                             "groups are not used by horovod_cpp; pass process_set="
-                             "hvd.ProcessSet(ranks) (registered with hvd.add_process_set)")
+            group_set = getattr(process_group, "process_set", None)
+            if group_set is None:
+                raise ValueError("DistributedDataParallel(process_group=...): a group of "
+                                 "torch.distributed's 'horovod_cpp' backend (its process set "
+                                 "is used), or pass process_set=hvd.ProcessSet(ranks) "
+                                 "(registered with hvd.add_process_set)")
+            if process_set is not global_process_set and process_set is not group_set:
+                raise ValueError("DistributedDataParallel: process_group and process_set name "
+                                 "different sets; give one of them")
+            process_set = group_set
         if device_ids is not None and len(device_ids) > 1:
             raise ValueError(f"DistributedDataParallel(device_ids={list(device_ids)}): one "
                              "device per process (pin it by hvd.local_rank())")
@@ -92,7 +102,12 @@ class DistributedDataParallel(torch.nn.Module):
         self.static_graph = static_graph
         self.require_backward_grad_sync = True
         self._finishing = False
-        prefix = f"DistributedDataParallel.{next(_instances)}"
+        # Numbered per set: the members of a torch group's set may make wrappers the other
+        # ranks do not (torch's DDP is made on a group's members only).
+        sid = _set_id(process_set)
+        n = next(_instances[sid])
+        prefix = f"DistributedDataParallel.{n}" if sid == 0 else \
+            f"DistributedDataParallel.set{sid}.{n}"
         self._prefix = prefix
         self._buffer_groups = None  # taken at the first forward that broadcasts the buffers
         ranks = process_set.ranks
