@@ -494,3 +494,36 @@ def test_disjoint_groups_and_hvds_own_set(rank, size):
     finally:
         assert hvd.remove_process_set(ps)
         dist.barrier()
+
+
+def test_sync_batch_norm_over_a_group(rank, size):
+    """horovod_cpp's SyncBatchNorm given a group of this backend, as torch's is given a
+    process_group (convert_sync_batchnorm's second argument, or process_group=): batch
+    statistics over the group's members only, equal to BatchNorm over their whole batch."""
+    members = list(range(size - 1)) if size > 2 else [0, 1]
+    sub = dist.new_group(members)
+
+    def batch(r):
+        return seeded(r, 4 * 3 * (r + 1), salt=7).reshape(4 * (r + 1), 3)
+
+    try:
+        if rank in members:
+            whole = torch.cat([batch(r) for r in members])
+            ref = nn.BatchNorm1d(3).double()
+            want = ref(whole)
+            start = sum(4 * (r + 1) for r in members if r < rank)
+            for how in ("positional", "keyword"):
+                bn = nn.Sequential(nn.BatchNorm1d(3).double())
+                bn = hvd.SyncBatchNorm.convert_sync_batchnorm(bn, sub) if how == "positional" \
+                    else hvd.SyncBatchNorm.convert_sync_batchnorm(bn, process_group=sub)
+                assert bn[0].process_set is sub.process_set
+                out = bn(batch(rank))
+                torch.testing.assert_close(out, want[start:start + len(out)], msg=how)
+                torch.testing.assert_close(bn[0].running_mean, ref.running_mean, msg=how)
+            layer = hvd.SyncBatchNorm(3, process_group=sub).double()
+            torch.testing.assert_close(layer(batch(rank)), want[start:start + 4 * (rank + 1)])
+        with pytest.raises(ValueError, match="'horovod_cpp' backend"):
+            hvd.SyncBatchNorm(3, process_group=object())
+    finally:
+        if members != list(range(size)):
+            _drop(sub, members)

@@ -22,6 +22,7 @@ from torch.autograd import Variable
 from .._basics import Average, Sum, _set_id, global_process_set, rank
 from .._gradients import ReduceOptions, check_reduce_options
 from ._buckets import resolve_cap_mb
+from ._group_sets import process_set_of
 from ._grad_sync import GradientSync
 from .compression import Compression
 from .functions import broadcast_parameters
@@ -63,17 +64,7 @@ class DistributedDataParallel(torch.nn.Module):
                  process_set=global_process_set, compression=Compression.none, op=Average,
                  gradient_predivide_factor=1.0):
         super().__init__()
-        if process_group is not None:
-            group_set = getattr(process_group, "process_set", None)
-            if group_set is None:
-                raise ValueError("DistributedDataParallel(process_group=...): a group of "
-                                 "torch.distributed's 'horovod_cpp' backend (its process set "
-                                 "is used), or pass process_set=hvd.ProcessSet(ranks) "
-                                 "(registered with hvd.add_process_set)")
-            if process_set is not global_process_set and process_set is not group_set:
-                raise ValueError("DistributedDataParallel: process_group and process_set name "
-                                 "different sets; give one of them")
-            process_set = group_set
+        process_set = process_set_of("DistributedDataParallel", process_group, process_set)
         if device_ids is not None and len(device_ids) > 1:
             raise ValueError(f"DistributedDataParallel(device_ids={list(device_ids)}): one "
                              "device per process (pin it by hvd.local_rank())")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .._basics import MismatchError, Sum, _set_size, global_process_set
+from ._group_sets import process_set_of
 from .mpi_ops import allgather_async, allreduce_async, synchronize
 
 
@@ -121,10 +122,10 @@ class SyncBatchNorm(_BatchNorm):
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, device=None, dtype=None,
-                 process_set=global_process_set):
+                 process_set=global_process_set, process_group=None):
         super().__init__(num_features, eps, momentum, affine, track_running_stats,
                          device=device, dtype=dtype)
-        self.process_set = process_set
+        self.process_set = process_set_of("SyncBatchNorm", process_group, process_set)
 
     def _check_input_dim(self, input):
         if input.dim() < 2:
@@ -153,11 +154,16 @@ class SyncBatchNorm(_BatchNorm):
                                             running_var, self.eps, factor, self.process_set)
 
     @classmethod
-    def convert_sync_batchnorm(cls, module, process_set=global_process_set):
+    def convert_sync_batchnorm(cls, module, process_set=global_process_set,
+                               process_group=None):
         """torch.nn.SyncBatchNorm.convert_sync_batchnorm's counterpart: returns `module` with
         every BatchNorm1d/2d/3d in it (itself included) replaced by a SyncBatchNorm over
         `process_set` that holds the same parameters, running statistics, batch count, mode
-        and requires_grad. A SyncBatchNorm already there is kept."""
+        and requires_grad. A SyncBatchNorm already there is kept. As in torch, a group of the
+        "horovod_cpp" torch.distributed backend may be given instead (process_group=, or in
+        process_set's place): its process set is used."""
+        process_set = process_set_of("SyncBatchNorm.convert_sync_batchnorm", process_group,
+                                     process_set)
         out = module
         if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
             out = cls(module.num_features, module.eps, module.momentum, module.affine,
