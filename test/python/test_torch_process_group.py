@@ -527,3 +527,44 @@ def test_sync_batch_norm_over_a_group(rank, size):
     finally:
         if members != list(range(size)):
             _drop(sub, members)
+
+
+def test_post_local_sgd_with_subgroups(rank, size):
+    """torch's post-local SGD: DDP's post_localSGD_hook (all ranks for 2 steps, then each pair
+    of ranks' group) and PeriodicModelAverager (all ranks, every 2 steps after 2): every step's
+    weights equal a simulation of the same schedule, for every rank."""
+    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as pls
+    from torch.distributed.algorithms.model_averaging import averagers
+    pairs = [list(range(i, min(i + 2, size))) for i in range(0, size, 2)]
+    groups = [dist.new_group(p) for p in pairs]
+    lr = 0.1
+    try:
+        model = nn.Linear(4, 2, bias=False).double()
+        with torch.no_grad():
+            model.weight.fill_(1.0)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        state = pls.PostLocalSGDState(process_group=None, subgroup=groups[rank // 2],
+                                      start_localSGD_iter=2)
+        ddp.register_comm_hook(state, pls.post_localSGD_hook)
+        averager = averagers.PeriodicModelAverager(period=2, warmup_steps=2)
+        opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+        w = [1.0] * size  # every rank's weight (all elements alike), simulated
+        for step in range(7):
+            opt.zero_grad()
+            ddp(torch.full((1, 4), float(rank + step), dtype=torch.float64)).sum().backward()
+            opt.step()
+            averager.average_parameters(ddp.parameters())
+            # d(sum(W x))/dW = x in every row; x = rank + step.
+            for pair in (pairs if step >= 2 else [list(range(size))]):
+                g = sum(r + step for r in pair) / len(pair)
+                for r in pair:
+                    w[r] -= lr * g
+            if step >= 2 and (step - 2) % 2 == 0:
+                w = [sum(w) / size] * size
+            torch.testing.assert_close(model.weight, torch.full((2, 4), w[rank],
+                                                                dtype=torch.float64),
+                                       msg=f"step {step}")
+    finally:
+        for group, pair in zip(groups, pairs):
+            if pair != list(range(size)):
+                _drop(group if rank in pair else None, pair)
