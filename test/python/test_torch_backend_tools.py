@@ -1,0 +1,164 @@
+"""torch's own distributed tools on the "horovod_cpp" backend of torch.distributed.
+
+A program written for DDP keeps more of torch.distributed than DDP itself: the object
+collectives (metrics, configs), ZeroRedundancyOptimizer (optimizer state sharded over the
+ranks), and the Join context manager (uneven inputs: ranks run out of data at different
+steps). Each is checked here against what every rank computes on its own: objects element
+by element, training against a single process that applies the same mean gradients.
+"""
+
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+import horovod_cpp.torch as hvd
+
+
+@pytest.fixture(scope="module", autouse=True)
+def group():
+    hvd.init_process_group(timeout=timedelta(seconds=120))
+    yield
+    dist.destroy_process_group()
+
+
+def _payload(rank):
+    """An object whose pickled size differs per rank (torch pads to the largest)."""
+    return {"rank": rank, "name": "r" * (3 + 17 * rank), "values": list(range(rank + 2))}
+
+
+def test_object_collectives(rank, size):
+    got = [None] * size
+    dist.all_gather_object(got, _payload(rank))
+    assert got == [_payload(r) for r in range(size)]
+
+    for root in range(size):
+        objs = [_payload(root), ("root", root)] if rank == root else [None, None]
+        dist.broadcast_object_list(objs, src=root)
+        assert objs == [_payload(root), ("root", root)]
+
+        gathered = [None] * size if rank == root else None
+        dist.gather_object(_payload(rank), gathered, dst=root)
+        if rank == root:
+            assert gathered == [_payload(r) for r in range(size)]
+
+        out = [None]
+        pieces = [_payload(10 * root + r) for r in range(size)] if rank == root else None
+        dist.scatter_object_list(out, pieces, src=root)
+        assert out == [_payload(10 * root + rank)]
+
+
+def _model():
+    torch.manual_seed(11)
+    return nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 4)).double()
+
+
+def _shard(step, rank, n=5):
+    g = torch.Generator().manual_seed(104729 * step + rank)
+    return torch.randn(n, 6, generator=g, dtype=torch.float64), \
+        torch.randint(0, 4, (n,), generator=g)
+
+
+def _mean_grads(ref, step, ranks, divide_by):
+    """Sets ref's gradients to the sum over `ranks` of each one's gradient on its shard of
+    `step`, divided by `divide_by` (DDP's mean; under Join the initial world size)."""
+    grads = []
+    for r in ranks:
+        ref.zero_grad()
+        x, y = _shard(step, r)
+        F.cross_entropy(ref(x), y).backward()
+        grads.append([p.grad.clone() for p in ref.parameters()])
+    for i, p in enumerate(ref.parameters()):
+        p.grad = sum(g[i] for g in grads) / divide_by
+
+
+def _assert_same(model, ref, what):
+    for (name, a), b in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"{what}: {name}")
+
+
+def test_zero_redundancy_optimizer_with_ddp(rank, size):
+    """ZeroRedundancyOptimizer: each rank steps Adam on its shard of the parameters and
+    broadcasts them (roots: the owners); the weights equal one process's Adam over the mean
+    gradients, and the consolidated optimizer state on rank 0 equals that process's."""
+    model = _model()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=0.01)
+    ref = _model()
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+    for step in range(4):
+        opt.zero_grad()
+        x, y = _shard(step, rank)
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        _mean_grads(ref, step, range(size), size)
+        ref_opt.step()
+        _assert_same(model, ref, f"step {step}")
+
+    opt.consolidate_state_dict(to=0)
+    if rank == 0:
+        got = opt.state_dict()["state"]
+        want = ref_opt.state_dict()["state"]
+        assert sorted(got) == sorted(want)
+        for i in want:
+            for key in ("exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(got[i][key], want[i][key], rtol=1e-10, atol=1e-14,
+                                           msg=f"parameter {i} {key}")
+    else:
+        with pytest.raises(RuntimeError):
+            opt.state_dict()  # consolidated on rank 0 only, as torch says
+
+
+def _uneven_run(rank, with_zero, group=None):
+    """Rank r trains on 2 + r batches under torch's Join, with DDP (and ZeroRedundancyOptimizer)
+    over `group`; returns the model."""
+    model = _model()
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
+    if with_zero:
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.SGD,
+                                      process_group=group, lr=0.1)
+        joinables = [ddp, opt]
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        joinables = [ddp]
+    with Join(joinables):
+        for step in range(2 + rank):
+            opt.zero_grad()
+            x, y = _shard(step, rank)
+            F.cross_entropy(ddp(x), y).backward()
+            opt.step()
+    return model
+
+
+@pytest.mark.parametrize("with_zero", [False, True])
+def test_join_with_uneven_inputs(rank, size, with_zero):
+    """torch's Join: rank r has 2 + r batches. While some ranks are done, DDP's join hook
+    shadows their all_reduces with zeros, so each step averages the gradients of the ranks
+    still training over the initial world size (checked against that schedule run in one
+    process); ZeroRedundancyOptimizer's join hook shadows its broadcasts too (checked against
+    the same program on torch's gloo backend)."""
+    model = _uneven_run(rank, with_zero)
+    if with_zero:
+        gloo = dist.new_group(backend="gloo")
+        want = _uneven_run(rank, with_zero, gloo)
+        dist.destroy_process_group(gloo)
+        _assert_same(model, want, f"against gloo, after Join (rank {rank} ran {2 + rank} "
+                     "steps)")
+    else:
+        ref = _model()
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+        for step in range(2 + size - 1):
+            ref_opt.zero_grad()
+            _mean_grads(ref, step, [r for r in range(size) if step < 2 + r], size)
+            ref_opt.step()
+        _assert_same(model, ref, f"after Join (rank {rank} ran {2 + rank} steps)")
+
+    # The group pairs as before: a plain collective after the joined loop.
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    assert t.item() == sum(range(size))
