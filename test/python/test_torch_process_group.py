@@ -321,6 +321,37 @@ def test_torchs_ddp_comm_hooks(rank, size, hook):
                                    msg=f"{hook} step {step}")
 
 
+def test_a_failed_collective_fails_ddps_backward(rank, size):
+    """A collective that fails reaches torch's C++ side as a failed future: DDP's backward
+    raises the library's error (a future completed with the error as its value crashed the
+    process in DDP's reducer), and the job goes on. With a comm hook, the hook's future: one
+    element less on rank 1 is refused on every rank. Without one, DDP's own path: the group's
+    timeout ends rank 0's wait while rank 1 is late; rank 1's late call still completes."""
+    torch.manual_seed(0)
+    ddp = nn.parallel.DistributedDataParallel(nn.Linear(8, 4, bias=False))
+    ddp.register_comm_hook(None, lambda _, bucket: dist.all_reduce(
+        bucket.buffer()[:32 - (rank == 1)], async_op=True).get_future())
+    with pytest.raises(RuntimeError, match=r"rank 1 sent float32\[31\]"):
+        ddp(torch.ones(1, 8)).sum().backward()
+
+    quick = dist.new_group(list(range(size)), timeout=timedelta(seconds=1))
+    model = nn.Linear(8, 4, bias=False)
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=quick)
+    loss = ddp(torch.full((1, 8), float(rank))).sum()
+    if rank == 0:
+        with pytest.raises(RuntimeError, match="did not complete within 1 s"):
+            loss.backward()
+    else:
+        time.sleep(2.5)
+        loss.backward()
+        torch.testing.assert_close(model.weight.grad,
+                                   torch.full((4, 8), sum(range(size)) / size))
+    dist.destroy_process_group(quick)
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, torch.full((3,), float(sum(range(size)))))
+
+
 # ---- groups of some ranks: horovod_cpp process sets ---------------------------------------
 
 def _subsets(size):

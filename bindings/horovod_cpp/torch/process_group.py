@@ -111,6 +111,23 @@ _completer = _Completer()
 _live = set()
 
 
+class _Failed:
+    """The value of a work's own future when the work failed: _value_or_raise raises it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+def _value_or_raise(future):
+    """The chaining callback of a work's future (see get_future)."""
+    value = future.value()
+    if isinstance(value, _Failed):
+        raise value.error
+    return value
+
+
 def _seconds(timeout):
     """A timeout (timedelta or seconds) in seconds; None for none (None, zero or negative,
     as torch's kNoTimeout)."""
@@ -139,6 +156,7 @@ class _HorovodWork(_Work):
         self._result = None
         self._error = None
         self._future = None
+        self._chained = None
         _live.add(self)  # until wait() or get_future()
 
     def _await(self, timeout):
@@ -167,10 +185,7 @@ class _HorovodWork(_Work):
                 self._done = True
             future = self._future
         if future is not None and not future.done():
-            if self._error is not None:
-                future.set_exception(self._error)
-            else:
-                future.set_result(self._result)
+            future.set_result(_Failed(self._error) if self._error is not None else self._result)
 
     def wait(self, timeout=None):
         _live.discard(self)
@@ -203,18 +218,23 @@ class _HorovodWork(_Work):
     def get_future(self):
         _live.discard(self)
         with self._lock:
-            if self._future is None:
-                self._future = torch.futures.Future(devices=self._devices or None)
-                done = self._done
-            else:
-                return self._future
+            if self._chained is not None:
+                return self._chained
+            # torch's callers get a future chained to the work's own: an error raised in the
+            # chaining callback fails it on torch's C++ side, which C++ callers (DDP's
+            # reducer) see. set_exception() would store the error as the future's value,
+            # which only Python callers unwrap (DDP's reducer read it as tensors and crashed).
+            self._future = torch.futures.Future(devices=self._devices or None)
+            self._chained = self._future.then(_value_or_raise)
+            chained = self._chained
+            done = self._done
         if done or _completer.is_current():
             # Done, or asked from a callback of another future (PowerSGD's hook waits on a
             # future inside its callbacks): completed here, as the completer is this thread.
             self._complete()
         else:
             _completer.submit(self)
-        return self._future
+        return chained
 
 
 def _flat(tensors):
