@@ -162,3 +162,64 @@ def test_join_with_uneven_inputs(rank, size, with_zero):
     t = torch.tensor([float(rank)])
     dist.all_reduce(t)
     assert t.item() == sum(range(size))
+
+
+class _Branchy(nn.Module):
+    """A model whose second head is used on odd steps only (DDP's unused parameters)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.body = nn.Linear(6, 12).double()
+        self.head = nn.Linear(12, 4).double()
+        self.odd = nn.Linear(12, 4).double()
+
+    def forward(self, x, step):
+        h = torch.tanh(self.body(x))
+        return self.head(h) + (self.odd(h) if step % 2 else 0)
+
+
+def _ddp_run(rank, group, options, steps=4):
+    """DDP with `options` over `group`; on accumulate steps no_sync() gathers the gradient of
+    a first micro-batch locally; the second head is used on odd steps, or never with a static
+    graph (whose unused parameters may not change). Returns the model."""
+    accumulate = options.pop("accumulate", False)
+    odd_steps = not options.get("static_graph", False)
+    model = _Branchy()
+    if rank != 0:  # DDP starts from rank 0's weights
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1.5)
+    ddp = nn.parallel.DistributedDataParallel(model, process_group=group, **options)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    for step in range(steps):
+        opt.zero_grad()
+        x, y = _shard(step, rank)
+        if accumulate:
+            with ddp.no_sync():
+                F.cross_entropy(ddp(x[:2], step * odd_steps), y[:2]).backward()
+            x, y = x[2:], y[2:]
+        F.cross_entropy(ddp(x, step * odd_steps), y).backward()
+        opt.step()
+    return model
+
+
+@pytest.mark.parametrize("options", [
+    {"find_unused_parameters": True},
+    {"find_unused_parameters": True, "gradient_as_bucket_view": True, "bucket_cap_mb": 0.0005},
+    {"static_graph": True},
+    {"accumulate": True, "find_unused_parameters": True},
+], ids=["unused", "bucket_view_small_buckets", "static_graph", "no_sync"])
+def test_ddp_options_match_gloo(rank, size, options):
+    """torch's DDP with its options for unused parameters, bucket views, a static graph and
+    gradient accumulation (no_sync) ends with the same weights on this backend as on torch's
+    gloo backend (the same program over a gloo group)."""
+    ours = _ddp_run(rank, None, dict(options))
+    gloo = dist.new_group(backend="gloo")
+    want = _ddp_run(rank, gloo, dict(options))
+    dist.destroy_process_group(gloo)
+    _assert_same(ours, want, f"DDP {options} against gloo")
+    start = _Branchy()  # rank 0's start: trained, not left as it was
+    assert not torch.equal(ours.body.weight, start.body.weight)
+    if not options.get("static_graph"):
+        assert not torch.equal(ours.odd.weight, start.odd.weight)
