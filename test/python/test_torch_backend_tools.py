@@ -223,3 +223,106 @@ def test_ddp_options_match_gloo(rank, size, options):
     assert not torch.equal(ours.body.weight, start.body.weight)
     if not options.get("static_graph"):
         assert not torch.equal(ours.odd.weight, start.odd.weight)
+
+
+# ---- point-to-point: send/recv through the group's torch store ----------------------------
+
+def _message(src, dst, k, dtype=torch.float64, shape=(3, 2)):
+    g = torch.Generator().manual_seed(1000 * src + 10 * dst + k)
+    values = torch.randn(shape, generator=g) * 10
+    return values > 0 if dtype == torch.bool else values.to(dtype)
+
+
+@pytest.mark.parametrize("dtype, shape", [
+    (torch.float64, (3, 2)), (torch.int32, (5,)), (torch.bfloat16, (2, 2)),
+    (torch.bool, (4,)), (torch.float32, (0,)), (torch.int64, ())])
+def test_send_recv_ring(rank, size, dtype, shape):
+    """Each rank sends to the next and receives from the one before (blocking calls: a send
+    returns once the store holds the message); every element checked."""
+    dist.send(_message(rank, (rank + 1) % size, 0, dtype, shape), dst=(rank + 1) % size)
+    got = torch.empty(shape, dtype=dtype)
+    src = (rank - 1) % size
+    dist.recv(got, src=src)
+    assert torch.equal(got, _message(src, rank, 0, dtype, shape))
+
+
+def test_isend_irecv_keep_the_order_of_each_sender_and_tag(rank, size):
+    """Messages from one sender with one tag arrive in the order sent, whatever the order of
+    the waits; tags are matched apart; the future of a receive holds its tensor."""
+    if rank == 0:
+        works = [dist.isend(_message(0, d, k), dst=d, tag=7) for d in range(1, size)
+                 for k in range(3)]
+        works += [dist.isend(_message(0, d, 9), dst=d, tag=9) for d in range(1, size)]
+        for w in works:
+            w.wait()
+    else:
+        tagged = torch.empty(3, 2, dtype=torch.float64)
+        nine = dist.irecv(tagged, src=0, tag=9)  # posted first, sent last
+        outs = [torch.empty(3, 2, dtype=torch.float64) for _ in range(3)]
+        works = [dist.irecv(o, src=0, tag=7) for o in outs]
+        for w in reversed(works):
+            w.wait()
+        for k, o in enumerate(outs):
+            assert torch.equal(o, _message(0, rank, k))
+        (value,) = nine.get_future().wait()
+        assert torch.equal(value, _message(0, rank, 9)) and torch.equal(tagged, value)
+        assert nine.is_completed()
+    dist.barrier()
+
+
+def test_batch_isend_irecv_and_a_large_message(rank, size):
+    right, left = (rank + 1) % size, (rank - 1) % size
+    got = torch.empty(4, dtype=torch.float64)
+    ops = [dist.P2POp(dist.isend, _message(rank, right, 1, shape=(4,)), right),
+           dist.P2POp(dist.irecv, got, left)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert torch.equal(got, _message(left, rank, 1, shape=(4,)))
+
+    big = (512, 512)  # 1 MiB of float32
+    if rank == 0:
+        dist.send(_message(0, size - 1, 2, torch.float32, big), dst=size - 1)
+    elif rank == size - 1:
+        got = torch.empty(big)
+        dist.recv(got, src=0)
+        assert torch.equal(got, _message(0, size - 1, 2, torch.float32, big))
+    dist.barrier()
+
+
+def test_a_receive_of_the_wrong_size_fails_and_the_next_pairs(rank, size):
+    """A message of another shape fails the receive on the receiver, naming both; the message
+    is consumed, so the next receive gets the next message."""
+    if rank == 0:
+        dist.send(torch.ones(3), dst=1)
+        dist.send(torch.full((2,), 5.0), dst=1)
+    elif rank == 1:
+        with pytest.raises(ValueError, match=r"message is float32\[3\], the receiving tensor "
+                                             r"float32\[2\]"):
+            dist.recv(torch.empty(2), src=0)
+        got = torch.empty(2)
+        dist.recv(got, src=0)
+        assert torch.equal(got, torch.full((2,), 5.0))
+    with pytest.raises(ValueError, match="not another rank"):
+        dist.send(torch.ones(1), dst=rank)
+    dist.barrier()
+
+
+def test_send_recv_in_a_group_of_some_ranks_and_timeout(rank, size):
+    """In a group of the last two ranks, torch gives group ranks: the members exchange.
+    A receive that no rank answers ends with the group's timeout."""
+    pair = [size - 2, size - 1]
+    sub = dist.new_group(pair, timeout=timedelta(seconds=1))
+    if rank in pair:
+        other = pair[1 - pair.index(rank)]
+        dist.send(torch.full((2,), float(rank)), dst=other, group=sub)
+        got = torch.empty(2)
+        dist.recv(got, src=other, group=sub)
+        assert torch.equal(got, torch.full((2,), float(other)))
+        with pytest.raises(RuntimeError, match=f"within 1 s.*rank {1 - pair.index(rank)} of "
+                                               "the group has not sent"):
+            dist.recv(got, src=other, group=sub, tag=3)
+    dist.barrier()
+    dist.destroy_process_group(sub)
+    from horovod_cpp.torch import process_group
+    hvd.remove_process_set(process_group._registered_set(pair))
+    dist.barrier()

@@ -82,8 +82,9 @@ def grow(out, target):
 
 
 def check_backend():
-    """torch.distributed on the horovod_cpp backend: collectives and one step of torch's DDP
-    whose gradient is the mean of every rank's, each checked against this rank's own sums."""
+    """torch.distributed on the horovod_cpp backend: collectives, one step of torch's DDP
+    whose gradient is the mean of every rank's, and send/recv around the ring, each checked
+    against this rank's own values."""
     import torch.distributed as dist
     r, n = hvd.rank(), hvd.size()
     assert dist.get_backend() == "horovod_cpp", dist.get_backend()
@@ -105,6 +106,11 @@ def check_backend():
     dist.all_gather(everyone, w0)
     assert all(torch.equal(w, everyone[0]) for w in everyone), everyone
     check_subgroup()
+    # send/recv around the ring, through the group's store (torchrun's agent store here).
+    dist.send(torch.full((4,), float(r)), dst=(r + 1) % n)
+    got = torch.empty(4)
+    dist.recv(got, src=(r - 1) % n)
+    assert torch.equal(got, torch.full((4,), float((r - 1) % n))), got
     dist.barrier()
     dist.destroy_process_group()
 

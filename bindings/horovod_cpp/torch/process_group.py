@@ -25,7 +25,10 @@ group's backend on its members only, but horovod_cpp registers a process set on 
 (hvd.add_process_set is collective, as new_group is): register() therefore wraps torch's
 new_group, which every rank of the job enters, so that it registers (or reuses) the set first.
 
-Refused with an error that says so: point-to-point (send/recv), the bitwise reductions (BAND,
+send and recv (isend/irecv, send_object_list/recv_object_list) go through the group's torch
+store, not the engine, which runs collectives only (_p2p.py): for messages of control size.
+
+Refused with an error that says so: a receive without a source, the bitwise reductions (BAND,
 BOR, BXOR, PREMUL_SUM), and groups of some ranks made where horovod_cpp could not register
 their set (new_group bound before horovod_cpp.torch was imported, or torch 2.x's
 use_local_synchronization=True, which only the members enter).
@@ -45,7 +48,7 @@ import torch.distributed as dist
 
 from .. import _basics, _torchrun
 from .._basics import Average, Max, Min, Product, Sum
-from . import mpi_ops
+from . import _p2p, mpi_ops
 
 #: The backend's name, as given to init_process_group.
 BACKEND = "horovod_cpp"
@@ -233,8 +236,44 @@ class _HorovodWork(_Work):
             # future inside its callbacks): completed here, as the completer is this thread.
             self._complete()
         else:
-            _completer.submit(self)
+            self._complete_later()
         return chained
+
+    def _complete_later(self):
+        """Completes the work and its future on another thread."""
+        _completer.submit(self)
+
+
+class _RecvWork(_HorovodWork):
+    """A receive (see _p2p): waits for its message in the store, then copies it in. Its
+    future completes on a thread of its own, so that a message that comes late never holds
+    up the futures of the collectives (DDP's) behind it."""
+
+    def __init__(self, mailbox, slot, src, tensor, timeout):
+        what = f"torch.distributed.recv on the {BACKEND} backend (from rank {src} of the group)"
+
+        def finish():
+            mailbox.take(slot, tensor, what)
+            return [tensor]
+        super().__init__("recv", [], finish, [tensor], timeout)
+        self._mailbox = mailbox
+        self._slot = slot
+        self._src = src
+
+    def _await(self, timeout):
+        if not self._mailbox.wait(self._slot, timeout):
+            raise RuntimeError(
+                f"torch.distributed.recv on the {BACKEND} backend did not complete within "
+                f"{timeout:g} s (the group's timeout, or wait()'s): rank {self._src} of the "
+                "group has not sent the message")
+
+    def is_completed(self):
+        if not self._done and self._mailbox.arrived(self._slot):
+            self._complete()  # the tensor holds the message once this says True
+        return self._done
+
+    def _complete_later(self):
+        threading.Thread(target=self._complete, name="horovod_cpp-recv", daemon=True).start()
 
 
 def _flat(tensors):
@@ -256,12 +295,14 @@ class ProcessGroupHorovod(dist.ProcessGroup):
     global set for the default group). Ranks torch passes (roots) are ranks of the group,
     which are the set's ranks in ascending order."""
 
-    def __init__(self, rank, size, process_set=None, timeout=None):
+    def __init__(self, rank, size, process_set=None, timeout=None, store=None):
         super().__init__(rank, size)
         self._set = process_set if process_set is not None else _basics.global_process_set
         #: Seconds a collective may take (the group's timeout, as torch's backends apply it),
         #: None for no limit.
         self._timeout = _seconds(timeout)
+        #: send/recv through the group's torch store (None: no store given, no send/recv).
+        self._mailbox = _p2p.Mailbox(store, rank) if store is not None else None
 
     @property
     def process_set(self):
@@ -467,20 +508,33 @@ class ProcessGroupHorovod(dist.ProcessGroup):
             return []
         return self._work("barrier", [handle], finish)
 
-    # ---- refused ----------------------------------------------------------------------
-    def _no_p2p(self, what):
-        raise RuntimeError(f"torch.distributed.{what} on the {BACKEND} backend: horovod_cpp "
-                           "has collectives only, no point-to-point (use the gloo backend "
-                           "for send/recv)")
+    # ---- point-to-point, through the group's torch store (_p2p) ---------------------------
+    def _p2p(self, what, tensors, peer):
+        if self._mailbox is None:
+            raise RuntimeError(f"torch.distributed.{what} on the {BACKEND} backend: this group "
+                               "was made without a torch store, which send/recv go through")
+        if len(tensors) != 1:
+            raise ValueError(f"torch.distributed.{what} on the {BACKEND} backend: one tensor "
+                             f"per call, not {len(tensors)}")
+        if not 0 <= peer < self.size() or peer == self.rank():
+            raise ValueError(f"torch.distributed.{what} on the {BACKEND} backend: rank {peer} "
+                             f"is not another rank of this group of {self.size()} (this is "
+                             f"rank {self.rank()})")
+        return tensors[0]
 
     def send(self, tensors, dst, tag=0):
-        self._no_p2p("send")
+        tensor = self._p2p("send", tensors, dst)
+        self._mailbox.post(tensor, dst, tag)
+        return self._work("send", [], lambda: [tensor], [tensor])
 
     def recv(self, tensors, src, tag=0):
-        self._no_p2p("recv")
+        tensor = self._p2p("recv", tensors, src)
+        return _RecvWork(self._mailbox, self._mailbox.expect(src, tag), src, tensor,
+                         self._timeout)
 
     def recv_anysource(self, tensors, tag=0):
-        self._no_p2p("recv")
+        raise RuntimeError(f"torch.distributed.recv without a source on the {BACKEND} "
+                           "backend: name the sending rank (src=...)")
 
 
 class _SubgroupRefused(dist.ProcessGroup):
@@ -535,14 +589,15 @@ def _create(options, pg_options=None):
         if found is None:
             return _SubgroupRefused(options.group_rank, options.group_size, ranks)
         return ProcessGroupHorovod(options.group_rank, options.group_size, found,
-                                   options.timeout)
+                                   options.timeout, options.store)
     if options.group_rank != _basics.rank() or options.group_size != _basics.size():
         raise ValueError(f"init_process_group(backend={BACKEND!r}): torch says rank "
                          f"{options.group_rank} of {options.group_size}, horovod_cpp says rank "
                          f"{_basics.rank()} of {_basics.size()}; launch with torchrun (or set "
                          "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or under mpirun/hvdrun "
                          "call hvd.init_process_group()")
-    return ProcessGroupHorovod(options.group_rank, options.group_size, timeout=options.timeout)
+    return ProcessGroupHorovod(options.group_rank, options.group_size, timeout=options.timeout,
+                               store=options.store)
 
 
 def _subset_of_ours(arguments):

@@ -1,0 +1,113 @@
+"""Point-to-point messages (send/recv) of the torch.distributed backend "horovod_cpp".
+
+horovod_cpp's engine runs collectives only: every rank of a set takes part in each. torch's
+send and recv are between two ranks, so this backend carries them through the store torch
+gives each group (a TCP server on rank 0, or the torchrun agent's): the sender writes the
+message under a key and raises a counter, the receiver waits until the counter says the
+message is there, reads it and deletes it. Keys name the group's sender and receiver ranks, the
+tag and a sequence number that each side counts per (peer, tag), so messages between two ranks with one tag arrive in the order they were
+sent, as torch's other backends guarantee. Each message carries its dtype and shape: a
+receive into a tensor of another dtype or size fails on the receiver with both named, and the
+message is consumed so that the next receive pairs with the next message.
+
+What this is for: messages of control size (objects through send_object_list/recv_object_list,
+a tensor of results passed to rank 0). Every byte passes through the store's server, so bulk
+traffic (pipeline-parallel activations) belongs on a backend with direct links (gloo, NCCL).
+"""
+
+import ast
+import threading
+import time
+
+import torch
+
+#: The longest pause between two looks at the store while a receive waits (it starts at none
+#: and doubles from 20 µs).
+_MAX_PAUSE_S = 0.001
+
+
+def encode(tensor):
+    """A tensor as one message: its dtype and shape, a newline, its bytes."""
+    flat = tensor.detach().contiguous().cpu().reshape(-1)
+    header = repr((str(flat.dtype).replace("torch.", ""), tuple(tensor.shape))).encode()
+    return header + b"\n" + flat.view(torch.uint8).numpy().tobytes()
+
+
+def describe(dtype_name, shape):
+    """'float32[3, 4]'."""
+    return f"{dtype_name}[{', '.join(str(d) for d in shape)}]"
+
+
+def decode_into(message, tensor, what):
+    """Copies a message into `tensor`; ValueError (starting with `what`) when its dtype or
+    shape differs from the tensor's."""
+    header, _, payload = message.partition(b"\n")
+    dtype_name, shape = ast.literal_eval(header.decode())
+    want = (str(tensor.dtype).replace("torch.", ""), tuple(tensor.shape))
+    if (dtype_name, tuple(shape)) != want:
+        raise ValueError(f"{what}: the message is {describe(dtype_name, shape)}, the receiving "
+                         f"tensor {describe(*want)} (the message is consumed)")
+    if tensor.numel() == 0:
+        return
+    received = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    tensor.copy_(received.view(tensor.dtype).view(tensor.shape))
+
+
+class Mailbox:
+    """The point-to-point messages of one group (its ranks, its torch store).
+
+    Each (sender, receiver, tag) is a channel: message n under its own key, and a counter
+    that the sender raises after writing it. A receive looks at the counter (store.add(key,
+    0) never blocks) until message n is there: torch 1.13's store.wait() with a timeout
+    leaves the store's connection unusable when it times out, and its Python store has no
+    check()."""
+
+    def __init__(self, store, rank):
+        self._store = store
+        self._rank = rank
+        self._lock = threading.Lock()
+        self._sent = {}      # (dst, tag) -> messages sent
+        self._expected = {}  # (src, tag) -> receives posted
+
+    def _next(self, counts, peer, tag):
+        with self._lock:
+            n = counts.get((peer, tag), 0)
+            counts[(peer, tag)] = n + 1
+        return n
+
+    @staticmethod
+    def _channel(src, dst, tag):
+        return f"horovod_cpp/p2p/{src}->{dst}/{tag}"
+
+    def post(self, tensor, dst, tag):
+        """Sends `tensor` to rank `dst` of the group (returns once the store holds it)."""
+        channel = self._channel(self._rank, dst, tag)
+        n = self._next(self._sent, dst, tag)
+        self._store.set(f"{channel}/{n}", encode(tensor))
+        self._store.add(f"{channel}/sent", 1)
+
+    def expect(self, src, tag):
+        """The next message from `src` with `tag`, reserved for one receive: (channel, n)."""
+        return self._channel(src, self._rank, tag), self._next(self._expected, src, tag)
+
+    def arrived(self, slot):
+        channel, n = slot
+        return self._store.add(f"{channel}/sent", 0) > n
+
+    def wait(self, slot, seconds):
+        """Whether the message `slot` arrived within `seconds` (None: no limit)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        pause = 0.0
+        while not self.arrived(slot):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(max(2 * pause, 20e-6), _MAX_PAUSE_S)
+        return True
+
+    def take(self, slot, tensor, what):
+        """Reads the (arrived) message `slot` into `tensor` and deletes it."""
+        key = f"{slot[0]}/{slot[1]}"
+        message = self._store.get(key)
+        self._store.delete_key(key)
+        decode_into(message, tensor, what)
