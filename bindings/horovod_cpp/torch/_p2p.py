@@ -10,8 +10,8 @@ sent, as torch's other backends guarantee. Each message carries its dtype and sh
 receive into a tensor of another dtype or size fails on the receiver with both named, and the
 message is consumed so that the next receive pairs with the next message.
 
-What this is for: messages of control size (objects through send_object_list/recv_object_list,
-a tensor of results passed to rank 0). Every byte passes through the store's server, so bulk
+What this is for: messages of control size (a tensor of results passed to rank 0, a flag or a
+few numbers between two ranks). Every byte passes through the store's server, so bulk
 traffic (pipeline-parallel activations) belongs on a backend with direct links (gloo, NCCL).
 """
 

@@ -25,8 +25,8 @@ group's backend on its members only, but horovod_cpp registers a process set on 
 (hvd.add_process_set is collective, as new_group is): register() therefore wraps torch's
 new_group, which every rank of the job enters, so that it registers (or reuses) the set first.
 
-send and recv (isend/irecv, send_object_list/recv_object_list) go through the group's torch
-store, not the engine, which runs collectives only (_p2p.py): for messages of control size.
+send and recv (isend/irecv, batch_isend_irecv) go through the group's torch store, not the
+engine, which runs collectives only (_p2p.py): for messages of control size.
 
 Refused with an error that says so: a receive without a source, the bitwise reductions (BAND,
 BOR, BXOR, PREMUL_SUM), and groups of some ranks made where horovod_cpp could not register
