@@ -195,26 +195,26 @@ class _RecvWork(_HorovodWork):
     future completes on a thread of its own, so that a message that comes late never holds
     up the futures of the collectives (DDP's) behind it."""
 
-    def __init__(self, mailbox, slot, src, tensor, timeout):
+    def __init__(self, mailbox, key, src, tensor, timeout):
         what = f"torch.distributed.recv on the {BACKEND} backend (from rank {src} of the group)"
 
         def finish():
-            mailbox.take(slot, tensor, what)
+            mailbox.take(key, tensor, what)
             return [tensor]
         super().__init__("recv", [], finish, [tensor], timeout)
         self._mailbox = mailbox
-        self._slot = slot
+        self._key = key
         self._src = src
 
     def _await(self, timeout):
-        if not self._mailbox.wait(self._slot, timeout):
+        if not self._mailbox.wait(self._key, timeout):
             raise RuntimeError(
                 f"torch.distributed.recv on the {BACKEND} backend did not complete within "
                 f"{timeout:g} s (the group's timeout, or wait()'s): rank {self._src} of the "
                 "group has not sent the message")
 
     def is_completed(self):
-        if not self._done and self._mailbox.arrived(self._slot):
+        if not self._done and self._mailbox.arrived(self._key):
             self._complete()  # the tensor holds the message once this says True
         return self._done
 

@@ -3,10 +3,10 @@
 horovod_cpp's engine runs collectives only: every rank of a set takes part in each. torch's
 send and recv are between two ranks, so this backend carries them through the store torch
 gives each group (a TCP server on rank 0, or the torchrun agent's): the sender writes the
-message under a key and raises a counter, the receiver waits until the counter says the
-message is there, reads it and deletes it. Keys name the group's sender and receiver ranks, the
-tag and a sequence number that each side counts per (peer, tag), so messages between two ranks with one tag arrive in the order they were
-sent, as torch's other backends guarantee. Each message carries its dtype and shape: a
+message under a key, the receiver looks for that key until the message is there, then
+deletes it. Keys name the group's sender and receiver ranks, the tag and a sequence number
+that each side counts per (peer, tag), so messages between two ranks with one tag arrive in
+the order they were sent, as torch's other backends guarantee. Each message carries its dtype and shape: a
 receive into a tensor of another dtype or size fails on the receiver with both named, and the
 message is consumed so that the next receive pairs with the next message.
 
@@ -53,14 +53,18 @@ def decode_into(message, tensor, what):
     tensor.copy_(received.view(tensor.dtype).view(tensor.shape))
 
 
+#: What store.compare_set answers for a key that does not exist (no message starts so).
+_ABSENT = b"\x00absent"
+
+
 class Mailbox:
     """The point-to-point messages of one group (its ranks, its torch store).
 
-    Each (sender, receiver, tag) is a channel: message n under its own key, and a counter
-    that the sender raises after writing it. A receive looks at the counter (store.add(key,
-    0) never blocks) until message n is there: torch 1.13's store.wait() with a timeout
-    leaves the store's connection unusable when it times out, and its Python store has no
-    check()."""
+    Each (sender, receiver, tag) is a channel whose message n has its own key. A receive looks
+    for its key with store.compare_set(key, _ABSENT, _ABSENT), which never blocks, never
+    creates the key, and answers the message itself once it is there: one round trip per
+    look. (torch 1.13's store.wait() with a timeout leaves the store's connection unusable
+    when it times out, and its Python store has no check().)"""
 
     def __init__(self, store, rank):
         self._store = store
@@ -68,6 +72,7 @@ class Mailbox:
         self._lock = threading.Lock()
         self._sent = {}      # (dst, tag) -> messages sent
         self._expected = {}  # (src, tag) -> receives posted
+        self._arrived = {}   # key -> message seen by a look, not taken yet
 
     def _next(self, counts, peer, tag):
         with self._lock:
@@ -76,38 +81,44 @@ class Mailbox:
         return n
 
     @staticmethod
-    def _channel(src, dst, tag):
-        return f"horovod_cpp/p2p/{src}->{dst}/{tag}"
+    def _key(src, dst, tag, n):
+        return f"horovod_cpp/p2p/{src}->{dst}/{tag}/{n}"
 
     def post(self, tensor, dst, tag):
         """Sends `tensor` to rank `dst` of the group (returns once the store holds it)."""
-        channel = self._channel(self._rank, dst, tag)
-        n = self._next(self._sent, dst, tag)
-        self._store.set(f"{channel}/{n}", encode(tensor))
-        self._store.add(f"{channel}/sent", 1)
+        self._store.set(self._key(self._rank, dst, tag, self._next(self._sent, dst, tag)),
+                        encode(tensor))
 
     def expect(self, src, tag):
-        """The next message from `src` with `tag`, reserved for one receive: (channel, n)."""
-        return self._channel(src, self._rank, tag), self._next(self._expected, src, tag)
+        """The key of the next message from `src` with `tag`, reserved for one receive."""
+        return self._key(src, self._rank, tag, self._next(self._expected, src, tag))
 
-    def arrived(self, slot):
-        channel, n = slot
-        return self._store.add(f"{channel}/sent", 0) > n
+    def arrived(self, key):
+        """Whether the message under `key` is there (one look at the store)."""
+        with self._lock:
+            if key in self._arrived:
+                return True
+        message = self._store.compare_set(key, _ABSENT, _ABSENT)
+        if message == _ABSENT:
+            return False
+        with self._lock:
+            self._arrived[key] = message
+        return True
 
-    def wait(self, slot, seconds):
-        """Whether the message `slot` arrived within `seconds` (None: no limit)."""
+    def wait(self, key, seconds):
+        """Whether the message under `key` arrived within `seconds` (None: no limit)."""
         deadline = None if seconds is None else time.monotonic() + seconds
         pause = 0.0
-        while not self.arrived(slot):
+        while not self.arrived(key):
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(pause)
             pause = min(max(2 * pause, 20e-6), _MAX_PAUSE_S)
         return True
 
-    def take(self, slot, tensor, what):
-        """Reads the (arrived) message `slot` into `tensor` and deletes it."""
-        key = f"{slot[0]}/{slot[1]}"
-        message = self._store.get(key)
+    def take(self, key, tensor, what):
+        """Copies the (arrived) message under `key` into `tensor` and deletes it."""
+        with self._lock:
+            message = self._arrived.pop(key)
         self._store.delete_key(key)
         decode_into(message, tensor, what)
