@@ -323,6 +323,7 @@ def test_send_recv_in_a_group_of_some_ranks_and_timeout(rank, size):
             dist.recv(got, src=other, group=sub, tag=3)
     dist.barrier()
     dist.destroy_process_group(sub)
-    from horovod_cpp.torch import process_group
-    hvd.remove_process_set(process_group._registered_set(pair))
+    if size > 2:  # at np 2 the pair is every rank: the global set, nothing to remove
+        from horovod_cpp.torch import process_group
+        assert hvd.remove_process_set(process_group._registered_set(pair))
     dist.barrier()
