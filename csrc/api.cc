@@ -11,16 +11,18 @@
 // checks passed get an error instead of waiting forever. Only failures that leave nothing to
 // submit to (no runtime, no such process set, inconsistent argument lists) fail on the
 // calling rank alone.
+#include "horovod_cpp/api.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
+#include "common/exit_hook.h"
 #include "common/fatal.h"
 #include "core/handle_state.h"
 #include "core/runtime.h"
 #include "core/submission.h"
 #include "core/timeline.h"
-#include "horovod_cpp/api.h"
 #include "horovod_cpp/elastic.h"
 #include "horovod_cpp_build_config.h"
 #if HOROVOD_CPP_HAVE_GLOO
@@ -92,6 +94,16 @@ void shutdown_at_exit() {
   abort_if_fatal("at exit");
 }
 
+// Run from inside MPI_Finalize when the program finalizes MPI before hvd::shutdown()
+// (common/exit_hook.h).
+void shutdown_in_mpi_finalize() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+  abort_if_fatal("in MPI_Finalize");
+}
+
 }  // namespace
 
 void init(const InitOptions& options) {
@@ -108,6 +120,7 @@ void init(const InitOptions& options) {
   if (!g_atexit_registered) {
     g_atexit_registered = true;
     std::atexit(shutdown_at_exit);
+    set_library_shutdown(shutdown_in_mpi_finalize);
   }
 }
 

@@ -11,7 +11,7 @@ $SUDO apt-get install -y -q --no-install-recommends \
   libopenmpi-dev openmpi-bin libgloo-dev \
   catch2 pybind11-dev nlohmann-json3-dev libcli11-dev \
   python3 python3-dev python3-venv python3-pip python3-numpy python3-pytest python3-matplotlib \
-  python3-cloudpickle python3-yaml \
+  python3-cloudpickle python3-yaml python3-mpi4py \
   libtorch-dev python3-torch zlib1g-dev \
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
 # TensorFlow 2 / Keras 3 in their own virtual environment (horovod_cpp.tensorflow, .keras).

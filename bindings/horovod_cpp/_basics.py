@@ -98,20 +98,27 @@ def init(comm=None, process_sets=None):
 
     comm: None for MPI_COMM_WORLD, an mpi4py communicator (anything with py2f()), or a list
     of MPI_COMM_WORLD ranks to run on (needs mpi4py; the other ranks must not call init()).
-    process_sets: ProcessSet objects (or rank lists) to create now; they get ids 1, 2, ... in
-    order. "dynamic" is accepted (sets can always be added later with add_process_set()).
+    process_sets: ProcessSet objects (or rank lists) to create now, as in Horovod: those given
+    as communicators first (each gathered over the job: a ``Split`` communicator gives one set
+    per colour), then those given as ranks, get ids 1, 2, ... in order; a set with the ranks
+    of the global set or of an earlier one is not created again, and its object is left
+    unregistered (process_set_id None). "dynamic" is accepted (sets can always be added later
+    with add_process_set()).
     """
     global _homogeneous
     if _C.is_initialized():
         return
+    from . import _mpi_comms  # imports no mpi4py itself
     fortran = None
+    job_comm = None
     if comm is not None:
-        if isinstance(comm, (list, tuple)):
-            comm = _comm_of_world_ranks(comm)
-        if not hasattr(comm, "py2f"):
+        if isinstance(comm, (list, tuple, range)):
+            comm = _mpi_comms.comm_of_world_ranks(comm)
+        if not _mpi_comms.is_comm(comm):
             raise ValueError("init(comm=...): expected an mpi4py communicator or a list of "
                              f"ranks, got {type(comm).__name__}")
         fortran = int(comm.py2f())
+        job_comm = comm
     sets = []
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
@@ -128,17 +135,18 @@ def init(comm=None, process_sets=None):
         # controller, its variables set here from torch's.
         from . import _torchrun
         _torchrun.adopt()
-    for ps in sets:
-        ps._resolve_comm()
-    _check_distinct([ps.ranks for ps in sets])
-    _C.init(fortran, [list(ps.ranks) for ps in sets])
+    _mpi_comms.job_comm = job_comm
+    order = _init_set_order(sets)
+    _C.init(fortran, [])
     _registry.clear()
     _object_calls.clear()  # the core's counters start afresh too
     global_process_set.ranks = list(range(_C.size()))
     _registry[0] = global_process_set
-    for i, ps in enumerate(sets, start=1):
-        ps.process_set_id = i
-        _registry[i] = ps
+    try:
+        _create_init_sets(sets, order)
+    except BaseException:
+        shutdown()
+        raise
     # is_homogeneous() is answered locally later, so the one collective it needs runs here,
     # while every rank is known to be inside init().
     import numpy as np
@@ -147,18 +155,50 @@ def init(comm=None, process_sets=None):
     _homogeneous = bool((sizes == sizes[0]).all())
 
 
-def _comm_of_world_ranks(ranks):
-    try:
-        from mpi4py import MPI
-    except ImportError as e:
-        raise ValueError("init(comm=[ranks]) needs mpi4py (or pass an mpi4py communicator)") from e
-    world = MPI.COMM_WORLD
-    group = world.Get_group().Incl(sorted(int(r) for r in ranks))
-    comm = world.Create_group(group)
-    if comm == MPI.COMM_NULL:
-        raise ValueError(f"init(comm={list(ranks)}): this rank ({world.Get_rank()}) is not in "
-                         "the list")
-    return comm
+def _init_set_order(sets):
+    """The rank lists init() creates, in Horovod's order (those given as communicators,
+    gathered over the job, then those given as ranks), each once. Resolves the communicator
+    sets' own ranks; collective over the job when a set is a communicator."""
+    gathered, listed = [], []
+    for ps in sets:
+        if ps.mpi_comm is not None:
+            from . import _mpi_comms
+            ps.ranks, every = _mpi_comms.gathered_sets(ps.mpi_comm)
+            gathered.extend(every)
+        else:
+            listed.append(list(ps.ranks))
+    order = []
+    for ranks in gathered + listed:
+        if ranks not in order:
+            order.append(ranks)
+    return order
+
+
+def _create_init_sets(sets, order):
+    """Creates init()'s sets (collective) and registers their objects: the first object of
+    each set of ranks gets its id; the global set's ranks and repeats stay unregistered."""
+    if any(ps.mpi_comm is not None for ps in sets) and _C.gloo_enabled():
+        raise ValueError("init(process_sets=[ProcessSet(communicator)]): this job runs on the "
+                         "Gloo controller, which has no MPI communicators; give the set's ranks")
+    ids = {tuple(global_process_set.ranks): 0}
+    for ranks in order:
+        if tuple(ranks) in ids:
+            continue
+        ids[tuple(ranks)] = _C.add_process_set(ranks)
+    taken = {0}
+    for ps in sets:
+        sid = ids[tuple(ps.ranks)]
+        if sid in taken:
+            ps.process_set_id = None  # the global set, or a repeat: Horovod ignores it too
+            continue
+        taken.add(sid)
+        ps.process_set_id = sid
+        _registry[sid] = ps
+    for ranks, sid in ids.items():  # sets only other ranks passed (a Split's other colours)
+        if sid not in _registry:
+            ps = ProcessSet(ranks)
+            ps.process_set_id = sid
+            _registry[sid] = ps
 
 
 def shutdown():
@@ -274,14 +314,11 @@ class ProcessSet:
             self.ranks = sorted(int(r) for r in ranks_or_comm)
 
     def _resolve_comm(self):
-        """The global ranks of a set given as an mpi4py communicator (needs mpi4py)."""
+        """The ranks of a set given as an mpi4py communicator, in the job's communicator."""
         if self.ranks is not None:
             return
-        from mpi4py import MPI
-        comm = self.mpi_comm
-        self.ranks = sorted(MPI.Group.Translate_ranks(comm.Get_group(),
-                                                      list(range(comm.Get_size())),
-                                                      MPI.COMM_WORLD.Get_group()))
+        from . import _mpi_comms
+        self.ranks = _mpi_comms.ranks_of(self.mpi_comm)
 
     def _invalidate(self):
         self.process_set_id = None

@@ -11,8 +11,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "kernels/host/cpu_ops.h"
+#include "common/exit_hook.h"
 #include "common/logging.h"
+#include "kernels/host/cpu_ops.h"
 
 namespace hvd {
 namespace {
@@ -24,6 +25,22 @@ void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+// MPI_Finalize deletes MPI_COMM_SELF's attributes before anything else, MPI still working:
+// an attribute of ours there shuts horovod_cpp down when the program finalizes MPI first
+// (common/exit_hook.h). Set once per process; a no-op once the library is shut down.
+std::once_flag g_self_hook_once;
+int shutdown_on_self_delete(MPI_Comm, int, void*, void*) {
+  run_library_shutdown();
+  return MPI_SUCCESS;
+}
+void set_finalize_hook() {
+  int key = MPI_KEYVAL_INVALID;
+  if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, shutdown_on_self_delete, &key, nullptr) ==
+      MPI_SUCCESS) {
+    MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);
+  }
 }
 
 template <DataType D, ReduceOp O>
@@ -97,6 +114,7 @@ Status MpiContext::init(bool use_base, MPI_Fint base_f) {
           "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
     }
   }
+  std::call_once(g_self_hook_once, set_finalize_hook);
   MPI_Comm base = use_base ? MPI_Comm_f2c(base_f) : MPI_COMM_WORLD;
   HVD_MPI_CHECK(MPI_Comm_dup(base, &base_comm_));
   MPI_Comm_set_errhandler(base_comm_, MPI_ERRORS_RETURN);
