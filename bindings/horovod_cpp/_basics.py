@@ -188,6 +188,8 @@ def _create_init_sets(sets, order):
     taken = {0}
     for ps in sets:
         sid = ids[tuple(ps.ranks)]
+        if _registry.get(sid) is ps:  # the same object listed twice
+            continue
         if sid in taken:
             ps.process_set_id = None  # the global set, or a repeat: Horovod ignores it too
             continue

@@ -166,10 +166,12 @@ def main():
         interleaved()
         hvd.shutdown()
         perm = list(reversed(range(1, WS))) if WR else list(range(1, WS))
-        sets = [[0], perm, list(range(WS - 1, -1, -1)), [0]]
+        zero, repeat = hvd.ProcessSet([0]), hvd.ProcessSet([0])
+        sets = [zero, perm, list(range(WS - 1, -1, -1)), repeat, zero]  # zero listed twice
         hvd.init(process_sets=sets)
         registry = {i: ps.ranks for i, ps in hvd._basics._registry.items()}
         expect("registered sets", registry, {0: list(range(WS)), 1: [0], 2: list(range(1, WS))})
+        expect("ids of the [0] objects", (zero.process_set_id, repeat.process_set_id), (1, None))
         check_job(list(range(WS)), "rc_false")
         expect("mpi4py after re-init", WORLD.allreduce(1), WS)
     elif MODE == "pending":
