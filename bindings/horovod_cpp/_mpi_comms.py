@@ -75,7 +75,15 @@ def gathered_sets(comm):
     """Every distinct set of ranks that the job's processes pass at one position of
     ``init(process_sets=[...])`` as a communicator, in sorted order, as Horovod registers
     them (a communicator from ``Split`` differs from rank to rank and yields one set per
-    colour). Collective over the job's communicator; also returns this process's own set."""
-    mine = ranks_of(comm)
-    every = sorted({tuple(r) for r in _base().allgather(mine)})
-    return mine, [list(r) for r in every]
+    colour). Collective over the job's communicator; also returns this process's own set.
+    A communicator that a rank cannot translate fails on every rank, naming that rank."""
+    try:
+        mine, problem = ranks_of(comm), None
+    except ValueError as e:  # exchanged first: the other ranks would wait in allgather
+        mine, problem = None, str(e)
+    every = _base().allgather((mine, problem))
+    bad = [(r, p) for r, (_, p) in enumerate(every) if p is not None]
+    if bad:
+        raise ValueError(f"init(process_sets=...): rank {bad[0][0]} of the job: {bad[0][1]}"
+                         + (f" (and {len(bad) - 1} more rank(s))" if len(bad) > 1 else ""))
+    return mine, [list(r) for r in sorted({tuple(m) for m, _ in every})]

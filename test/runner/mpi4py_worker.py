@@ -17,6 +17,9 @@ Modes:
              then mpi4py used beside it; Horovod's static process-set list with a permuted
              set, the global set's ranks and a repeat.
   pending    mpi4py first; an allreduce still in flight when the program ends.
+  outside    init(comm=<even or odd world ranks>) where the job's rank 0 gives a set as
+             MPI_COMM_WORLD (processes outside its job): every rank of the job gets the
+             ValueError naming rank 0 (none waits for it), then init() with good sets works.
 """
 
 import sys
@@ -179,6 +182,18 @@ def main():
         check_job(list(range(WS)), "pending")
         hvd.allreduce_async(np.ones(1 << 18), op=hvd.Sum, name="left.in.flight")
         WORLD.Barrier()  # every rank submitted it; nobody waits for it
+    elif MODE == "outside":
+        job = WORLD.Split(WR % 2, WR)
+        members = [r for r in range(WS) if r % 2 == WR % 2]
+        wrong = hvd.ProcessSet(WORLD if job.Get_rank() == 0 else job)
+        try:
+            hvd.init(comm=job, process_sets=[wrong])
+            errors.append(f"world rank {WR}: a set outside the job was accepted")
+        except ValueError as e:
+            expect("refusal names the job's rank 0", "rank 0 of the job" in str(e), True)
+        expect("initialized after the refusal", hvd.is_initialized(), False)
+        hvd.init(comm=job, process_sets=[hvd.ProcessSet(job)])  # the global set's ranks
+        check_job(members, "outside")
     else:
         errors.append(f"unknown mode {MODE}")
 

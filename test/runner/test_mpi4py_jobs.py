@@ -22,7 +22,7 @@ pytest.importorskip("mpi4py")
 if shutil.which("mpirun") is None:
     pytest.skip("no mpirun", allow_module_level=True)
 
-MODES = ["world", "split", "ranks", "sets", "rc_false", "pending"]
+MODES = ["world", "split", "ranks", "sets", "rc_false", "pending", "outside"]
 
 
 def _env():
